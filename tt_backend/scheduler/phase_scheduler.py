@@ -1,0 +1,222 @@
+"""PhaseScheduler: one lane; every step is prefill-only, decode-only or empty.
+
+Policy (from the serving design):
+- Prefill is admitted first, so decode steps run with bigger batches, but after each prefill
+  step, when requests are ready to decode, the next step is a decode step: running streams keep
+  advancing between the chunks of a long prompt.
+- A prompt longer than the step's token budget is split into chunks over several prefill steps
+  (`enable_chunked_prefill`).
+- When a decode step runs out of KV blocks, the most recently admitted running request is
+  preempted by recompute (its blocks freed, its tokens prefilled again when it resumes), so the
+  oldest requests always progress.
+- A prefill step that can admit no token (KV pressure) falls back to decode in the same call, so
+  the loop never spins without progress.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepMode, StepPlan
+from tt_backend.scheduler.block_pool import BlockPool
+from tt_backend.scheduler.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    block_size: int
+    num_blocks: int
+    enable_chunked_prefill: bool = True
+
+
+@dataclass(frozen=True)
+class ScheduledStep:
+    plan: StepPlan
+    request_ids: tuple[str, ...]
+    """The request of each planned row, in row order."""
+    preempted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SampledToken:
+    request: Request
+    token_id: int
+
+
+class PhaseScheduler:
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.pool = BlockPool(config.num_blocks)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admission order
+        self.requests: dict[str, Request] = {}
+        self._last_mode: StepMode = "empty"
+
+    # ---- intake and exit -------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        assert request.request_id not in self.requests, f"duplicate id {request.request_id}"
+        request.status = RequestStatus.WAITING
+        self.requests[request.request_id] = request
+        self.waiting.append(request)
+
+    def finish(self, request_id: str, status: RequestStatus) -> Request | None:
+        """End a request in any state and free everything it holds; None if unknown."""
+        assert status.finished
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        if request in self.running:
+            self.running.remove(request)
+        else:
+            self.waiting.remove(request)
+        self._release_blocks(request)
+        request.status = status
+        return request
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def schedule(self) -> ScheduledStep:
+        decode_ready = any(not r.is_prefilling for r in self.running)
+        if decode_ready and (self._last_mode == "prefill" or not self._prefill_pending()):
+            step = self._schedule_decode()
+        else:
+            step = self._schedule_prefill()
+            if not step.request_ids and decode_ready:
+                step = self._schedule_decode()  # zero-admit prefill: decode frees blocks
+            elif not step.request_ids and self.running:
+                # Partial prefills hold every free block and none can continue: preempt the
+                # newest so the older ones can finish.
+                victim = self.running[-1]
+                self._preempt(victim)
+                retry = self.schedule()
+                return ScheduledStep(retry.plan, retry.request_ids, (victim.request_id, *retry.preempted))
+        self._last_mode = step.plan.mode
+        return step
+
+    def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
+        """Record a finished step: advance computed tokens, append sampled tokens (row order)."""
+        tokens = iter(sampled)
+        out: list[SampledToken] = []
+        for row, request_id in zip(step.plan.rows, step.request_ids, strict=True):
+            request = self.requests[request_id]
+            request.num_computed_tokens += len(row.token_ids)
+            if row.sample:
+                token = next(tokens)
+                request.output_token_ids.append(token)
+                out.append(SampledToken(request, token))
+        assert next(tokens, None) is None, "more sampled tokens than sampling rows"
+        return out
+
+    def _prefill_pending(self) -> bool:
+        return any(r.is_prefilling for r in self.running) or (
+            bool(self.waiting) and len(self.running) < self.config.max_num_seqs)
+
+    def _schedule_prefill(self) -> ScheduledStep:
+        budget = self.config.max_num_batched_tokens
+        rows: list[PlannedRow] = []
+        ids: list[str] = []
+        for request in [r for r in self.running if r.is_prefilling]:
+            n = self._reserve_chunk(request, budget)
+            if n:
+                rows.append(self._prefill_row(request, n))
+                ids.append(request.request_id)
+                budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            request.prefill_target = request.num_tokens
+            n = self._reserve_chunk(request, budget)
+            if n == 0:
+                break
+            self.waiting.popleft()
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
+            rows.append(self._prefill_row(request, n))
+            ids.append(request.request_id)
+            budget -= n
+        if not rows:
+            return ScheduledStep(EMPTY_STEP, ())
+        return ScheduledStep(StepPlan("prefill", tuple(rows)), tuple(ids))
+
+    def _reserve_chunk(self, request: Request, budget: int) -> int:
+        """Allocate blocks for the request's next prefill chunk; return its length (0: none)."""
+        bs = self.config.block_size
+        start = request.num_computed_tokens
+        remaining = request.prefill_target - start
+        n = min(remaining, budget)
+        room = (len(request.block_ids) + self.pool.num_free) * bs - start
+        n = min(n, room)
+        if n <= 0 or (n < remaining and not self.config.enable_chunked_prefill):
+            return 0
+        self._grow_blocks(request, start + n)
+        return n
+
+    def _prefill_row(self, request: Request, n: int) -> PlannedRow:
+        start = request.num_computed_tokens
+        return PlannedRow(
+            token_ids=request.token_slice(start, start + n),
+            start_position=start,
+            block_ids=tuple(request.block_ids),
+            sample=start + n == request.prefill_target,
+        )
+
+    def _schedule_decode(self) -> ScheduledStep:
+        rows: list[PlannedRow] = []
+        ids: list[str] = []
+        preempted: list[str] = []
+        scheduled: set[str] = set()
+        for request in [r for r in self.running if not r.is_prefilling]:
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            while self._blocks_needed(request, request.num_tokens) > self.pool.num_free:
+                victim = next((r for r in reversed(self.running) if r.request_id not in scheduled), None)
+                assert victim is not None
+                self._preempt(victim)
+                preempted.append(victim.request_id)
+                if victim is request:
+                    break
+            if request.status is not RequestStatus.RUNNING:
+                continue
+            self._grow_blocks(request, request.num_tokens)
+            position = request.num_tokens - 1
+            rows.append(PlannedRow((request.token_id(position),), position, tuple(request.block_ids), True))
+            ids.append(request.request_id)
+            scheduled.add(request.request_id)
+        plan = StepPlan("decode", tuple(rows)) if rows else EMPTY_STEP
+        return ScheduledStep(plan, tuple(ids), tuple(preempted))
+
+    # ---- blocks ---------------------------------------------------------------------------
+    def _blocks_needed(self, request: Request, num_tokens: int) -> int:
+        return -(-num_tokens // self.config.block_size) - len(request.block_ids)
+
+    def _grow_blocks(self, request: Request, num_tokens: int) -> None:
+        need = self._blocks_needed(request, num_tokens)
+        if need > 0:
+            request.block_ids.extend(self.pool.allocate(need))
+
+    def _release_blocks(self, request: Request) -> None:
+        self.pool.free(request.block_ids)
+        request.block_ids = []
+
+    def _preempt(self, request: Request) -> None:
+        """Preempt by recompute: drop the KV, resume later by prefilling every token again."""
+        self.running.remove(request)
+        self._release_blocks(request)
+        request.num_computed_tokens = 0
+        request.prefill_target = 0
+        request.status = RequestStatus.PREEMPTED
+        self.waiting.appendleft(request)
