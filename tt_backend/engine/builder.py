@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 from tt_backend.config import EngineConfig
 from tt_backend.devices.torch_device import select_device, torch_dtype
@@ -17,10 +18,18 @@ from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 logger = logging.getLogger(__name__)
 
 
-def load_tokenizer(model_dir: Path):  # type: ignore[no-untyped-def]
+def load_tokenizer(model_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+def encode_chat(tokenizer: Any, user_message: str) -> list[int]:
+    """Token ids of `user_message` as one user turn, ready for the assistant's answer."""
+    text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
+                                         add_generation_prompt=True, tokenize=False)
+    # The template already holds any BOS it wants: add no special tokens a second time.
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
 
 
 def eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> frozenset[int]:

@@ -1,0 +1,101 @@
+"""Lay out one serving run: a copy of model_repository/ with --set options written into the
+models' parameters, and a backend directory holding the Python backend with the stub that
+matches this interpreter. Prints shell assignments for serve.sh to eval.
+
+The repository in git is never edited. `model` goes to tt_llm, preprocessing and
+postprocessing (the tokenizer follows the model); `apply_chat_template` goes to preprocessing;
+every other key goes to tt_llm, whose engine validates it at load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytriton
+
+TOKENIZER_MODELS = ("preprocessing", "postprocessing")
+PREPROCESSING_ONLY = ("apply_chat_template",)
+
+
+def pbtxt_parameters(params: dict[str, str]) -> str:
+    lines = []
+    for key, value in params.items():
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'parameters {{ key: "{key}" value: {{ string_value: "{escaped}" }} }}')
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(source: Path, dest: Path, settings: dict[str, str]) -> None:
+    shutil.copytree(source, dest)
+    per_model: dict[str, dict[str, str]] = {
+        "tt_llm": {k: v for k, v in settings.items() if k not in PREPROCESSING_ONLY},
+        "preprocessing": {k: v for k, v in settings.items() if k in PREPROCESSING_ONLY},
+    }
+    if "model" in settings:
+        for name in TOKENIZER_MODELS:
+            per_model.setdefault(name, {})["model"] = settings["model"]
+    for name, params in per_model.items():
+        if not params:
+            continue
+        config = dest / name / "config.pbtxt"
+        with open(config, "a", encoding="utf-8") as f:
+            f.write("\n# written by scripts/serve.sh --set\n" + pbtxt_parameters(params))
+
+
+def write_backends(dest: Path) -> Path:
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise SystemExit(f"nvidia-pytriton ships no Python backend stub for Python {version}")
+    python_dir = dest / "python"
+    shutil.copytree(root / "backends" / "python", python_dir,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(stub, python_dir / "triton_python_backend_stub")
+    return dest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--repository", type=Path, required=True)
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    settings: dict[str, str] = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+        settings[key] = value
+
+    # Convert the checkpoint now, with a progress bar, so model loads only read the cache.
+    from tt_backend.models.checkpoint import resolve_model_dir
+    try:
+        model_dir = resolve_model_dir(settings.get("model", settings.get("tt.model", "")))
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"serve: {exc}") from None
+
+    repo = args.run_dir / "model_repository"
+    write_repository(args.repository, repo, settings)
+    backends = write_backends(args.run_dir / "backends")
+    tritonserver = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
+    libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
+    values = {
+        "MODEL_DIR": str(model_dir),
+        "REPO": str(repo),
+        "BACKENDS": str(backends),
+        "TRITONSERVER": str(tritonserver),
+        # The stub links the first libpython3.x it finds: make it this interpreter's.
+        "LIBPATH": f"{sysconfig.get_config_var('LIBDIR')}:{libs}",
+    }
+    for key, value in values.items():
+        print(f"{key}={shlex.quote(value)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Serve the model repository through a real tritonserver (from the nvidia-pytriton wheel).
+#
+#   scripts/serve.sh [--host ADDR] [--http-port N] [--grpc-port N] [--metrics-port N]
+#                    [--set KEY=VALUE]... [any other tritonserver flag]...
+#
+# --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
+# fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
+# tritonserver runs in the foreground with its log on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${VENV:-$ROOT/.venv}
+
+HOST=127.0.0.1
+HTTP_PORT=8000
+GRPC_PORT=8001
+METRICS_PORT=8002
+SETS=()
+EXTRA=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --host) HOST=$2; shift 2 ;;
+        --http-port) HTTP_PORT=$2; shift 2 ;;
+        --grpc-port) GRPC_PORT=$2; shift 2 ;;
+        --metrics-port) METRICS_PORT=$2; shift 2 ;;
+        --set) SETS+=(--set "$2"); shift 2 ;;
+        --set=*) SETS+=(--set "${1#--set=}"); shift ;;
+        *) EXTRA+=("$1"); shift ;;
+    esac
+done
+
+RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tt_backend_serve.XXXXXX")
+cleanup() { rm -rf "$RUN_DIR"; }
+trap cleanup EXIT
+
+eval "$("$VENV/bin/python" "$ROOT/scripts/prepare_run.py" --run-dir "$RUN_DIR" \
+    --repository "$ROOT/model_repository" ${SETS[@]+"${SETS[@]}"})"
+
+# The stub runs the venv's interpreter and packages (first python on PATH) and libpython
+# (first on LD_LIBRARY_PATH); files are read as UTF-8 whatever the locale.
+export PATH="$VENV/bin:$PATH"
+export LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUTF8=1 PYTHONIOENCODING=utf-8 PYTHONUNBUFFERED=1
+
+echo "[serve] model: $MODEL_DIR"
+echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRICS_PORT"
+"$TRITONSERVER" \
+    --model-repository "$REPO" \
+    --backend-directory "$BACKENDS" \
+    --http-address "$HOST" --http-port "$HTTP_PORT" \
+    --grpc-address "$HOST" --grpc-port "$GRPC_PORT" \
+    --metrics-address "$HOST" --metrics-port "$METRICS_PORT" \
+    --allow-metrics true \
+    ${EXTRA[@]+"${EXTRA[@]}"} &
+SERVER=$!
+trap 'kill -TERM $SERVER 2>/dev/null || true' INT TERM
+set +e
+wait $SERVER
+rc=$?
+# A signal interrupts the first wait; wait again for tritonserver to finish unloading.
+kill -0 $SERVER 2>/dev/null && wait $SERVER && rc=$?
+exit $rc

@@ -1,0 +1,165 @@
+"""The `tt_llm` Triton model: parse → engine.add_request; stream results back.
+
+Threads, each with one job:
+- Triton's thread calls `execute`, which parses, tokenizes and enqueues; it never blocks.
+- The engine thread runs the step loop and puts each output on the response queue.
+- The response thread is the only one that sends responses and polls cancellation, so
+  `pb_utils` is never used from two threads at once.
+`finalize` stops the engine first (every live request gets its final response queued), then
+the response thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import triton_python_backend_utils as pb_utils
+
+from tt_backend.config import EngineConfig
+from tt_backend.engine.builder import build_engine
+from tt_backend.engine.outputs import RequestOutput
+from tt_backend.triton.model_params import model_parameters, setup_logging
+from tt_backend.triton.request_inputs import parse_generate_request
+from tt_backend.triton.response_builder import ResponseBuilder, Tensors
+
+logger = logging.getLogger(__name__)
+
+CANCEL_POLL_S = 0.05
+
+
+@dataclass
+class _Live:
+    sender: Any
+    builder: ResponseBuilder
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class _Register:
+    request_id: str
+    live: _Live
+
+
+@dataclass(frozen=True)
+class _Output:
+    output: RequestOutput
+
+
+@dataclass(frozen=True)
+class _Reject:
+    sender: Any
+    message: str
+
+
+_STOP = object()
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        setup_logging()
+        model_config = json.loads(args["model_config"])
+        if not pb_utils.using_decoupled_model_transaction_policy(model_config):
+            raise ValueError("tt_llm must be configured with model_transaction_policy { decoupled: true }")
+        config = EngineConfig.from_parameters(model_parameters(model_config))
+        self.engine = build_engine(config)
+        self.tokenizer = self.engine.tokenizer
+        self._ids = itertools.count()
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._live: dict[str, _Live] = {}  # response thread only
+        self._thread = threading.Thread(target=self._response_loop, name="tt-responses", daemon=True)
+        self._thread.start()
+        self.engine.start()
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            self._submit(request)
+        return None
+
+    def finalize(self) -> None:
+        self.engine.shutdown()
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    # ---- intake (Triton's thread) -----------------------------------------------------------
+    def _submit(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        request_id = f"req-{next(self._ids)}"
+        try:
+            inputs = {t.name(): t.as_numpy() for t in request.inputs()}
+            parsed = parse_generate_request(inputs)
+            prompt_ids = parsed.prompt_ids
+            if prompt_ids is None:
+                prompt_ids = tuple(self.tokenizer(parsed.prompt_text).input_ids)
+            self.engine.validate(list(prompt_ids), parsed.sampling)
+            self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))
+            self.engine.add_request(request_id, list(prompt_ids), parsed.sampling,
+                                    lambda out: self._queue.put(_Output(out)))
+        except (ValueError, RuntimeError) as exc:
+            self._queue.put(_Reject(sender, str(exc)))
+
+    # ---- responses (the response thread) ---------------------------------------------------
+    def _response_loop(self) -> None:
+        last_poll = time.monotonic()
+        while True:
+            try:
+                item = self._queue.get(timeout=CANCEL_POLL_S)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                return
+            try:
+                self._handle(item)
+            except Exception:
+                logger.exception("failed to send a response")
+            if time.monotonic() - last_poll >= CANCEL_POLL_S:
+                self._poll_cancellation()
+                last_poll = time.monotonic()
+
+    def _handle(self, item: object) -> None:
+        if isinstance(item, _Register):
+            self._live[item.request_id] = item.live
+        elif isinstance(item, _Reject):
+            self._send_error(item.sender, item.message)
+        elif isinstance(item, _Output):
+            self._on_output(item.output)
+
+    def _on_output(self, out: RequestOutput) -> None:
+        live = self._live[out.request_id]
+        if out.finished:
+            del self._live[out.request_id]
+        if out.finish_reason == "abort":
+            if live.cancel_requested:
+                self._send_error(live.sender, "Request was cancelled", pb_utils.TritonError.CANCELLED)
+            else:
+                self._send_error(live.sender, "request aborted: the model is shutting down")
+        elif out.finish_reason == "error":
+            self._send_error(live.sender, out.error or "request failed")
+        else:
+            tensors = live.builder.on_output(out)
+            if tensors is not None:
+                flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
+                live.sender.send(_response(tensors), flags=flags)
+
+    def _poll_cancellation(self) -> None:
+        for request_id, live in self._live.items():
+            if not live.cancel_requested and live.sender.is_cancelled():
+                live.cancel_requested = True
+                self.engine.abort(request_id)
+
+    @staticmethod
+    def _send_error(sender: Any, message: str, code: Any = None) -> None:
+        error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+        sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def _response(tensors: Tensors) -> Any:
+    return pb_utils.InferenceResponse(
+        output_tensors=[pb_utils.Tensor(name, value) for name, value in tensors.items()])

@@ -1,0 +1,166 @@
+"""Parse the input tensors of one `tt_llm` request into a GenerateRequest (no Triton imports).
+
+Two schemas arrive here:
+- vllm_backend: `text_input`, `sampling_parameters` (JSON), `stream`, `exclude_input_in_output`,
+  `return_*` flags; text comes back as `text_output`.
+- TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `temperature`,
+  `top_k`, `top_p`, `seed`, `end_id`, `pad_id`, `stop_words`, `bad_words`; ids come back as
+  `output_ids` with `context_ids` for exact detokenization in `postprocessing`.
+  As in TRT-LLM, a request with neither `top_k` nor `top_p` (or both 0) decodes greedily.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tt_backend.sampling.params import SamplingParams
+
+_TRT_SCALARS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "end_id", "pad_id")
+_FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
+          "return_num_output_tokens")
+KNOWN_INPUTS = frozenset({"text_input", "input_ids", "sampling_parameters", "stop_words",
+                          "bad_words", *_TRT_SCALARS, *_FLAGS})
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    prompt_text: str | None
+    prompt_ids: tuple[int, ...] | None
+    """Exactly one of prompt_text / prompt_ids is set; ids select the ids-out schema."""
+    sampling: SamplingParams
+    stream: bool = False
+    exclude_input_in_output: bool = False
+    return_finish_reason: bool = False
+    return_num_input_tokens: bool = False
+    return_num_output_tokens: bool = False
+
+    @property
+    def ids_mode(self) -> bool:
+        return self.prompt_ids is not None
+
+
+def parse_generate_request(inputs: dict[str, np.ndarray]) -> GenerateRequest:
+    """Raise ValueError naming the input and its value on anything malformed."""
+    unknown = sorted(set(inputs) - KNOWN_INPUTS)
+    if unknown:
+        raise ValueError(f"unknown input tensor(s) {unknown}")
+    text = _text(inputs, "text_input")
+    ids = _ids(inputs, "input_ids")
+    if (text is None) == (ids is None):
+        raise ValueError("give exactly one of the inputs text_input or input_ids")
+    flags = {name: _scalar_bool(inputs, name) for name in _FLAGS}
+    return GenerateRequest(
+        prompt_text=text,
+        prompt_ids=ids,
+        sampling=_sampling(inputs),
+        **{name: bool(value) for name, value in flags.items()},
+    )
+
+
+def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
+    values: dict[str, Any] = {}
+    raw_json = _text(inputs, "sampling_parameters")
+    if raw_json is not None and raw_json.strip():
+        try:
+            parsed = json.loads(raw_json)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"sampling_parameters is not valid JSON ({exc.msg}): {raw_json[:80]!r}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"sampling_parameters must be a JSON object, got {raw_json[:80]!r}")
+        values.update(parsed)
+    trt = {name: _scalar(inputs, name) for name in _TRT_SCALARS if name in inputs}
+    for name in ("stop_words", "bad_words"):
+        words = [w for w in _strings(inputs, name) if w]
+        if words:
+            raise ValueError(f"{name} is not supported yet (got {words[:3]})")
+    if trt:
+        overlap = sorted(set(trt) & set(values))
+        if overlap:
+            raise ValueError(f"{overlap} given both as input tensors and in sampling_parameters")
+        values.update(_trt_to_vllm(trt))
+    return SamplingParams.from_dict(values)
+
+
+def _trt_to_vllm(trt: dict[str, Any]) -> dict[str, Any]:
+    """Map TRT-LLM sampling scalars onto SamplingParams values."""
+    out: dict[str, Any] = {}
+    top_k = int(trt.get("top_k", 0))
+    top_p = float(trt.get("top_p", 0.0))
+    if "max_tokens" in trt:
+        out["max_tokens"] = int(trt["max_tokens"])
+    if top_k == 0 and top_p == 0.0:
+        out["temperature"] = 0.0  # TRT-LLM: no top-k and no top-p means greedy
+    else:
+        out["temperature"] = float(trt.get("temperature", 1.0))
+        out["top_k"] = top_k
+        out["top_p"] = top_p if top_p > 0 else 1.0
+    if "seed" in trt:
+        out["seed"] = int(trt["seed"])
+    if "end_id" in trt:
+        # end_id replaces the tokenizer's EOS as the token that ends generation.
+        out["ignore_eos"] = True
+        out["stop_token_ids"] = [int(trt["end_id"])]
+    # pad_id is accepted for compatibility: outputs are never padded here.
+    return out
+
+
+def _one(inputs: dict[str, np.ndarray], name: str) -> Any | None:
+    if name not in inputs:
+        return None
+    arr = inputs[name]
+    if arr.size != 1:
+        raise ValueError(f"input {name} must hold exactly one element, got shape {list(arr.shape)}")
+    return arr.reshape(-1)[0]
+
+
+def _scalar(inputs: dict[str, np.ndarray], name: str) -> Any:
+    value = _one(inputs, name)
+    if isinstance(value, bytes | np.bytes_ | str):
+        raise ValueError(f"input {name} must be numeric, got {value!r}")
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _scalar_bool(inputs: dict[str, np.ndarray], name: str) -> bool:
+    value = _one(inputs, name)
+    if value is None:
+        return False
+    if isinstance(value, np.bool_ | bool):
+        return bool(value)
+    raise ValueError(f"input {name} must be BOOL, got {value!r}")
+
+
+def _decode(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes | np.bytes_):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"input {name} is not valid UTF-8") from None
+    raise ValueError(f"input {name} must be a string (BYTES), got {value!r}")
+
+
+def _text(inputs: dict[str, np.ndarray], name: str) -> str | None:
+    value = _one(inputs, name)
+    return None if value is None else _decode(name, value)
+
+
+def _strings(inputs: dict[str, np.ndarray], name: str) -> list[str]:
+    if name not in inputs:
+        return []
+    return [_decode(name, v) for v in inputs[name].reshape(-1)]
+
+
+def _ids(inputs: dict[str, np.ndarray], name: str) -> tuple[int, ...] | None:
+    if name not in inputs:
+        return None
+    arr = inputs[name]
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"input {name} must be integer token ids, got dtype {arr.dtype}")
+    if arr.ndim > 2 or (arr.ndim == 2 and arr.shape[0] != 1):
+        raise ValueError(f"input {name} must be a 1-D list of token ids, got shape {list(arr.shape)}")
+    return tuple(int(t) for t in arr.reshape(-1))

@@ -1,0 +1,59 @@
+"""Turn engine outputs of one request into the output tensors of its responses (numpy only).
+
+Streamed requests get one response per engine output carrying only what is new; a non-streamed
+request gets one response at the end with everything (prompt first unless
+`exclude_input_in_output`), as vllm_backend does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tt_backend.engine.outputs import RequestOutput
+from tt_backend.triton.request_inputs import GenerateRequest
+
+Tensors = dict[str, np.ndarray]
+
+
+def _string(value: str) -> np.ndarray:
+    return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+def _ids(values: tuple[int, ...] | list[int]) -> np.ndarray:
+    return np.array(values, dtype=np.int32)
+
+
+class ResponseBuilder:
+    def __init__(self, request: GenerateRequest, prompt_ids: tuple[int, ...]) -> None:
+        self.request = request
+        self.prompt_ids = prompt_ids
+        self._text: list[str] = []
+        self._ids: list[int] = []
+
+    def on_output(self, out: RequestOutput) -> Tensors | None:
+        """Tensors to send for this output, or None while a non-streamed request accumulates."""
+        if self.request.stream:
+            return self._tensors(out, out.text, out.new_token_ids, out.context_token_ids,
+                                 len(out.new_token_ids))
+        self._text.append(out.text)
+        self._ids.extend(out.new_token_ids)
+        if not out.finished:
+            return None
+        prepend = not self.request.exclude_input_in_output
+        text = (self.request.prompt_text or "") + "".join(self._text) if prepend else "".join(self._text)
+        ids = (list(self.prompt_ids) if prepend else []) + self._ids
+        return self._tensors(out, text, tuple(ids), (), len(self._ids))
+
+    def _tensors(self, out: RequestOutput, text: str, ids: tuple[int, ...],
+                 context: tuple[int, ...], num_output_tokens: int) -> Tensors:
+        req = self.request
+        tensors: Tensors = (
+            {"output_ids": _ids(ids), "context_ids": _ids(context)} if req.ids_mode
+            else {"text_output": _string(text)})
+        if req.return_finish_reason:
+            tensors["finish_reason"] = _string(str(out.finish_reason))
+        if req.return_num_input_tokens:
+            tensors["num_input_tokens"] = np.array([out.num_prompt_tokens], dtype=np.uint32)
+        if req.return_num_output_tokens:
+            tensors["num_output_tokens"] = np.array([num_output_tokens], dtype=np.uint32)
+        return tensors

@@ -1,0 +1,83 @@
+"""The `preprocessing` (text → ids) and `postprocessing` (ids → text delta) Triton models.
+
+Both load the tokenizer of the same `model` option as `tt_llm`, so it always follows the model.
+Preprocessing treats `text_input` as a user message and applies the model's chat template when
+the tokenizer has one (`apply_chat_template`, default true): an instruct model answers a plain
+question instead of ending at once. Clients that send already-templated text set it false.
+Postprocessing is stateless: `tt_llm` sends with every `output_ids` the `context_ids` that
+decoding them exactly needs (see tt_backend.engine.detokenizer).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from tt_backend.engine.builder import encode_chat, load_tokenizer
+from tt_backend.engine.detokenizer import delta_text
+from tt_backend.models.checkpoint import resolve_model_dir
+from tt_backend.triton.model_params import model_parameters, setup_logging
+
+
+def _load(args: dict[str, str], known: set[str]) -> tuple[Any, dict[str, str]]:
+    setup_logging()
+    params = model_parameters(json.loads(args["model_config"]))
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown}; this model takes {sorted(known)}")
+    return load_tokenizer(resolve_model_dir(params.get("model", ""))), params
+
+
+def _error(message: str) -> Any:
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+
+
+class PreprocessingModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        self.tokenizer, params = _load(args, {"model", "apply_chat_template"})
+        choice = params.get("apply_chat_template", "true").strip().lower()
+        if choice not in ("true", "false"):
+            raise ValueError(f"apply_chat_template={choice!r} is not a boolean (true/false)")
+        self.chat = choice == "true" and bool(self.tokenizer.chat_template)
+
+    def encode(self, text: str) -> list[int]:
+        if not self.chat:
+            return list(self.tokenizer(text).input_ids)
+        return encode_chat(self.tokenizer, text)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)
+            if values.size != 1:
+                responses.append(_error(f"text_input must hold one string, got {values.size}"))
+                continue
+            raw = values[0]
+            try:
+                text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+            except UnicodeDecodeError:
+                responses.append(_error("text_input is not valid UTF-8"))
+                continue
+            ids = np.array(self.encode(text), dtype=np.int32)
+            responses.append(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("input_ids", ids)]))
+        return responses
+
+
+class PostprocessingModel:
+    def initialize(self, args: dict[str, str]) -> None:
+        self.tokenizer, _ = _load(args, {"model"})
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses = []
+        for request in requests:
+            new = pb_utils.get_input_tensor_by_name(request, "output_ids").as_numpy().reshape(-1)
+            context = pb_utils.get_input_tensor_by_name(request, "context_ids").as_numpy().reshape(-1)
+            text = delta_text(self.tokenizer, context.tolist(), new.tolist())
+            out = np.array([text.encode("utf-8")], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor("text_output", out)]))
+        return responses
