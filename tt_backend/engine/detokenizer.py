@@ -12,7 +12,7 @@ model given the same context ids produces the same delta as the engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 # Prompt tokens kept as initial context (vLLM uses the same window).
 INITIAL_CONTEXT = 5
@@ -20,6 +20,10 @@ REPLACEMENT_CHAR = "\ufffd"
 
 
 class Tokenizer(Protocol):
+    """The part of an HF tokenizer the engine uses."""
+
+    def __call__(self, text: str, add_special_tokens: bool = ...) -> Any: ...
+
     def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 

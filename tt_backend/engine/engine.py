@@ -18,7 +18,7 @@ import torch
 
 from tt_backend.config import EngineConfig
 from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
-from tt_backend.engine.outputs import RequestOutput
+from tt_backend.engine.outputs import FINISH_REASONS, RequestOutput
 from tt_backend.runtime.executor import EagerExecutor
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.sampler import make_generator, sample
@@ -210,7 +210,6 @@ class LLMEngine:
         with self._cv:
             self._known_ids.discard(request_id)
         context, new, text = delta or ((), (), "")
-        reason = status.value
-        assert reason in ("stop", "length", "abort", "error")
+        reason = next(r for r in FINISH_REASONS if r == status.value)
         live.on_output(RequestOutput(request_id, new, context, text,
                                      len(live.request.prompt_token_ids), reason, error))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 FinishReason = Literal["stop", "length", "abort", "error"]
+FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error")
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> None:
         bar.update()
         # The GGUF weights are dequantized to plain fp32 on load; drop the quantizer so
         # save_pretrained writes them as an ordinary checkpoint.
-        model.hf_quantizer = None
+        setattr(model, "hf_quantizer", None)  # noqa: B010 (not a declared attribute)
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(out_dir, safe_serialization=True)

@@ -79,6 +79,8 @@ class RMSNorm(nn.Module):
 
 
 class Rotary(nn.Module):
+    inv_freq: torch.Tensor
+
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
         # An explicit device keeps this real when the model is built under torch.device("meta").

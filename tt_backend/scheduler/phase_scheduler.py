@@ -55,6 +55,7 @@ class PhaseScheduler:
         self.running: list[Request] = []  # admission order
         self.requests: dict[str, Request] = {}
         self._last_mode: StepMode = "empty"
+        self.num_preemptions = 0
 
     # ---- intake and exit -------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -220,3 +221,4 @@ class PhaseScheduler:
         request.prefill_target = 0
         request.status = RequestStatus.PREEMPTED
         self.waiting.appendleft(request)
+        self.num_preemptions += 1

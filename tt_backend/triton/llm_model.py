@@ -96,6 +96,7 @@ class TritonPythonModel:
             parsed = parse_generate_request(inputs)
             prompt_ids = parsed.prompt_ids
             if prompt_ids is None:
+                assert parsed.prompt_text is not None
                 prompt_ids = tuple(self.tokenizer(parsed.prompt_text).input_ids)
             self.engine.validate(list(prompt_ids), parsed.sampling)
             self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))

@@ -68,7 +68,8 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
         try:
             parsed = json.loads(raw_json)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"sampling_parameters is not valid JSON ({exc.msg}): {raw_json[:80]!r}") from None
+            raise ValueError(
+                f"sampling_parameters is not valid JSON ({exc.msg}): {raw_json[:80]!r}") from None
         if not isinstance(parsed, dict):
             raise ValueError(f"sampling_parameters must be a JSON object, got {raw_json[:80]!r}")
         values.update(parsed)

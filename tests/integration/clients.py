@@ -1,0 +1,77 @@
+"""Small client helpers over tritonclient gRPC streaming and HTTP generate(_stream)."""
+
+from __future__ import annotations
+
+import json
+import queue
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import requests
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import np_to_triton_dtype
+
+
+@dataclass
+class StreamResult:
+    responses: list[dict[str, np.ndarray]] = field(default_factory=list)
+    error: str | None = None
+
+    def ids(self, name: str = "output_ids") -> list[int]:
+        return [int(t) for r in self.responses for t in r[name].reshape(-1)]
+
+    def text(self) -> str:
+        return "".join(r["text_output"].reshape(-1)[0].decode("utf-8") for r in self.responses)
+
+
+def _tensor(name: str, value: np.ndarray) -> grpcclient.InferInput:
+    t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+    t.set_data_from_numpy(value)
+    return t
+
+
+def grpc_stream(url: str, model: str, inputs: dict[str, np.ndarray], timeout: float = 120) -> StreamResult:
+    """Send one request on a gRPC stream and collect every response until the final one."""
+    events: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    result = StreamResult()
+    client.start_stream(callback=lambda result, error: events.put((result, error)))
+    try:
+        client.async_stream_infer(model, [_tensor(k, v) for k, v in inputs.items()],
+                                  enable_empty_final_response=True)
+        while True:
+            res, err = events.get(timeout=timeout)
+            if err is not None:
+                result.error = str(err)
+                return result
+            response = res.get_response()
+            outputs = {o.name: res.as_numpy(o.name) for o in response.outputs}
+            if outputs:
+                result.responses.append(outputs)
+            if response.parameters["triton_final_response"].bool_param:
+                return result
+    finally:
+        client.stop_stream()
+        client.close()
+
+
+def http_generate(url: str, model: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    r = requests.post(f"http://{url}/v2/models/{model}/generate", json=body, timeout=timeout)
+    return {"status": r.status_code, **r.json()}
+
+
+def http_generate_stream(url: str, model: str, body: dict[str, Any],
+                         timeout: float = 120) -> list[dict[str, Any]]:
+    """Server-sent events of /generate_stream, decoded."""
+    events = []
+    with requests.post(f"http://{url}/v2/models/{model}/generate_stream", json=body, stream=True,
+                       timeout=timeout) as r:
+        for line in r.iter_lines(decode_unicode=False):
+            if line.startswith(b"data: "):
+                events.append(json.loads(line[len(b"data: "):].decode("utf-8")))
+    return events
+
+
+def s(value: str) -> np.ndarray:
+    return np.array([value.encode("utf-8")], dtype=np.object_)

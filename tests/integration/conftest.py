@@ -1,0 +1,87 @@
+"""One real tritonserver per test session, started by scripts/serve.sh on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Server:
+    http: str
+    grpc: str
+    metrics: str
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def start_server(log: Path, *settings: str) -> tuple[subprocess.Popen[bytes], Server]:
+    http, grpc, metrics = free_ports(3)
+    args = ["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
+            "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    for setting in settings:
+        args += ["--set", setting]
+    out = open(log, "wb")
+    proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                            start_new_session=True)
+    server = Server(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}", log)
+    return proc, server
+
+
+def wait_ready(proc: subprocess.Popen[bytes], server: Server) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"tritonserver exited ({proc.returncode}):\n{server.log_text()[-4000:]}")
+        try:
+            if requests.get(f"http://{server.http}/v2/health/ready", timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"tritonserver not ready in {READY_TIMEOUT_S}s:\n{server.log_text()[-4000:]}")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The default repository in fp32 (greedy outputs compared exactly with HF)."""
+    proc, srv = start_server(tmp_path_factory.mktemp("triton") / "server.log", "dtype=float32")
+    try:
+        wait_ready(proc, srv)
+        yield srv
+    finally:
+        stop_server(proc)

@@ -1,0 +1,41 @@
+import pytest
+
+from tt_backend.config import EngineConfig
+
+
+def test_parameters_parse_by_field_type() -> None:
+    cfg = EngineConfig.from_parameters({
+        "dtype": "float32", "max_model_len": "1024", "tt.max_num_seqs": "4",
+        "enable_chunked_prefill": "false", "max_num_batched_tokens": "1024", "num_kv_blocks": ""})
+    assert (cfg.dtype, cfg.max_model_len, cfg.max_num_seqs) == ("float32", 1024, 4)
+    assert cfg.enable_chunked_prefill is False
+    assert cfg.num_kv_blocks is None
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"bogus": "1"}, "unknown engine option 'bogus'"),
+    ({"tensor_parallel_size": "2"}, "use the mesh shape (`mesh_device`)"),
+    ({"pipeline_parallel_size": "4"}, "pipeline_parallel_size=4 is not supported"),
+    ({"dtype": "int8"}, "dtype='int8' is not one of bfloat16, float32, float16"),
+    ({"max_num_seqs": "x"}, "max_num_seqs='x' is not an integer"),
+    ({"max_num_seqs": "0"}, "max_num_seqs must be >= 1, got 0"),
+    ({"enable_chunked_prefill": "maybe"}, "enable_chunked_prefill='maybe' is not a boolean"),
+    ({"max_num_seqs": "2", "tt.max_num_seqs": "3"}, "given twice"),
+    ({"enable_chunked_prefill": "false", "max_model_len": "4096"},
+     "max_num_batched_tokens=2048 is smaller than max_model_len=4096"),
+])
+def test_bad_parameters_name_the_option(params: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as err:
+        EngineConfig.from_parameters(params)
+    assert message in str(err.value)
+
+
+def test_resolve_for_model_fills_defaults_and_checks_capacity() -> None:
+    cfg = EngineConfig(kv_cache_memory_bytes=1 << 20, block_size=16).resolve_for_model(
+        model_max_positions=512, kv_bytes_per_token=1024)
+    assert cfg.max_model_len == 512
+    assert cfg.num_kv_blocks == (1 << 20) // (1024 * 16)
+    with pytest.raises(ValueError, match="max_model_len=1024 exceeds the model's maximum positions"):
+        EngineConfig(max_model_len=1024).resolve_for_model(512, 1024)
+    with pytest.raises(ValueError, match=r"cannot hold one request of max_model_len=512 \(32 blocks\)"):
+        EngineConfig(num_kv_blocks=31).resolve_for_model(512, 1024)

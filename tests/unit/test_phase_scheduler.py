@@ -1,0 +1,112 @@
+from tt_backend.sampling.params import SamplingParams
+from tt_backend.scheduler.phase_scheduler import PhaseScheduler, SchedulerConfig
+from tt_backend.scheduler.request import Request, RequestStatus
+
+
+def make(num_blocks: int = 16, budget: int = 64, max_seqs: int = 4, block_size: int = 4,
+         chunked: bool = True) -> PhaseScheduler:
+    return PhaseScheduler(SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+                                          max_model_len=64, block_size=block_size,
+                                          num_blocks=num_blocks, enable_chunked_prefill=chunked))
+
+
+def req(rid: str, n: int, max_tokens: int = 8) -> Request:
+    return Request(rid, tuple(range(100, 100 + n)), SamplingParams(max_tokens=max_tokens))
+
+
+def test_prefill_then_decode_with_exact_blocks() -> None:
+    s = make()
+    s.add(req("a", 6))
+    s.add(req("b", 3))
+    step = s.schedule()
+    assert step.plan.mode == "prefill" and step.request_ids == ("a", "b")
+    a, b = step.plan.rows
+    assert (a.token_ids, a.start_position, a.block_ids, a.sample) == (tuple(range(100, 106)), 0, (0, 1), True)
+    assert (b.block_ids, b.sample) == ((2,), True)
+    s.update(step, [7, 8])
+    step = s.schedule()
+    assert step.plan.mode == "decode" and step.request_ids == ("a", "b")
+    a, b = step.plan.rows
+    assert (a.token_ids, a.start_position, a.block_ids) == ((7,), 6, (0, 1))
+    # b's 4th token (position 3) still fits its first block.
+    assert (b.token_ids, b.start_position, b.block_ids) == ((8,), 3, (2,))
+    s.update(step, [9, 10])
+    assert s.schedule().plan.rows[1].block_ids == (2, 3)  # position 4 opens b's second block
+
+
+def test_long_prompt_is_chunked_and_decode_interleaves() -> None:
+    s = make(num_blocks=32, budget=8)
+    s.add(req("short", 2))
+    first = s.schedule()
+    s.update(first, [1])
+    s.add(req("long", 20))
+    modes, chunks = [], []
+    for _ in range(6):
+        step = s.schedule()
+        modes.append(step.plan.mode)
+        if step.plan.mode == "prefill":
+            row = step.plan.rows[0]
+            chunks.append((row.start_position, len(row.token_ids), row.sample))
+        s.update(step, [5] * sum(r.sample for r in step.plan.rows))
+    assert modes == ["decode", "prefill", "decode", "prefill", "decode", "prefill"]
+    assert chunks == [(0, 8, False), (8, 8, False), (16, 4, True)]
+
+
+def test_unchunked_prompt_waits_for_budget() -> None:
+    s = make(budget=8, chunked=False)
+    s.add(req("big", 9))
+    assert s.schedule().plan.mode == "empty"
+
+
+def test_decode_preempts_newest_and_resume_recomputes() -> None:
+    s = make(num_blocks=3, block_size=4)
+    s.add(req("old", 4))
+    s.add(req("new", 4))
+    step = s.schedule()
+    assert [r.block_ids for r in step.plan.rows] == [(0,), (1,)]
+    s.update(step, [1, 2])
+    # Both need a second block for position 4; only one is free: "new" is preempted.
+    step = s.schedule()
+    assert step.plan.mode == "decode" and step.request_ids == ("old",)
+    assert step.preempted == ("new",)
+    assert step.plan.rows[0].block_ids == (0, 2)
+    new = s.requests["new"]
+    assert (new.status, new.block_ids, new.num_computed_tokens) == (RequestStatus.PREEMPTED, [], 0)
+    s.update(step, [3])
+    s.finish("old", RequestStatus.FINISHED_STOPPED)
+    step = s.schedule()
+    # Resume: prompt and the token sampled before preemption are prefilled again.
+    assert step.plan.mode == "prefill" and step.request_ids == ("new",)
+    assert step.plan.rows[0].token_ids == (100, 101, 102, 103, 2)
+    assert s.pool.num_free == 3 - 2
+
+
+def test_zero_admit_prefill_falls_back_to_decode() -> None:
+    s = make(num_blocks=2, block_size=4)
+    s.add(req("a", 4))
+    s.update(s.schedule(), [1])  # a prefilled into block 0
+    step = s.schedule()  # the decode after a prefill: position 4 takes block 1
+    assert step.plan.mode == "decode" and step.plan.rows[0].block_ids == (0, 1)
+    s.update(step, [2])
+    s.add(req("b", 8))  # waiting, and no block is free for any of its tokens
+    step = s.schedule()
+    # Prefill is due (last step was decode) but admits nothing: the step is a decode of "a",
+    # not an empty step that would stall it forever.
+    assert step.plan.mode == "decode" and step.request_ids == ("a",)
+    assert s.requests["b"].status is RequestStatus.WAITING
+
+
+def test_abort_in_every_state_frees_blocks() -> None:
+    s = make(num_blocks=8, budget=4)
+    s.add(req("w", 4))
+    s.add(req("r", 4))
+    s.add(req("c", 8))
+    step = s.schedule()  # admits w only (budget 4)
+    s.update(step, [1])
+    s.update(s.schedule(), [2])  # decode w
+    step = s.schedule()  # prefill r
+    assert step.request_ids == ("r",)
+    for rid in ("w", "r", "c"):
+        assert s.finish(rid, RequestStatus.FINISHED_ABORTED) is not None
+    assert s.pool.num_free == 8 and not s.has_work
+    assert s.finish("w", RequestStatus.FINISHED_ABORTED) is None

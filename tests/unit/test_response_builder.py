@@ -1,0 +1,46 @@
+import numpy as np
+
+from tt_backend.engine.outputs import RequestOutput
+from tt_backend.sampling.params import SamplingParams
+from tt_backend.triton.request_inputs import GenerateRequest
+from tt_backend.triton.response_builder import ResponseBuilder
+
+
+def out(new: tuple[int, ...], text: str, reason: str | None = None) -> RequestOutput:
+    return RequestOutput("r", new, (9,), text, 3, reason)  # type: ignore[arg-type]
+
+
+def test_stream_sends_only_new_text_and_counts() -> None:
+    req = GenerateRequest("Hi", None, SamplingParams(), stream=True, return_finish_reason=True,
+                          return_num_output_tokens=True, return_num_input_tokens=True)
+    b = ResponseBuilder(req, (1, 2, 3))
+    first = b.on_output(out((5, 6), " there"))
+    assert first is not None
+    assert first["text_output"].tolist() == [b" there"]
+    assert first["finish_reason"].tolist() == [b"None"]
+    assert first["num_output_tokens"].tolist() == [2] and first["num_input_tokens"].tolist() == [3]
+    last = b.on_output(out((7,), "!", "stop"))
+    assert last is not None and last["text_output"].tolist() == [b"!"]
+    assert last["finish_reason"].tolist() == [b"stop"] and last["num_output_tokens"].tolist() == [1]
+
+
+def test_non_stream_prepends_prompt_unless_excluded() -> None:
+    for exclude, expected in ((False, "Hi there!"), (True, " there!")):
+        b = ResponseBuilder(GenerateRequest("Hi", None, SamplingParams(), exclude_input_in_output=exclude),
+                            (1, 2, 3))
+        assert b.on_output(out((5, 6), " there")) is None
+        final = b.on_output(out((7,), "!", "length"))
+        assert final is not None and final["text_output"].tolist() == [expected.encode()]
+
+
+def test_ids_mode_carries_context_and_prompt_ids() -> None:
+    stream = ResponseBuilder(GenerateRequest(None, (1, 2, 3), SamplingParams(), stream=True), (1, 2, 3))
+    sent = stream.on_output(out((5,), "x"))
+    assert sent is not None and set(sent) == {"output_ids", "context_ids"}
+    assert sent["output_ids"].dtype == np.int32 and sent["output_ids"].tolist() == [5]
+    assert sent["context_ids"].tolist() == [9]
+    whole = ResponseBuilder(GenerateRequest(None, (1, 2, 3), SamplingParams()), (1, 2, 3))
+    whole.on_output(out((5,), "x"))
+    final = whole.on_output(out((6,), "y", "stop"))
+    assert final is not None
+    assert final["output_ids"].tolist() == [1, 2, 3, 5, 6] and final["context_ids"].tolist() == []
