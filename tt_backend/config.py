@@ -41,6 +41,10 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool | None = None
+    """Unset: on when the model declares support. True on a model without support fails."""
+    decode_steps_between_prefills: int = 1
+    """Decode steps after each prefill step while requests decode (0: prefill until done)."""
     block_size: int = 16
     num_kv_blocks: int | None = None
     """Physical KV blocks; when unset, derived from `kv_cache_memory_bytes`."""
@@ -62,6 +66,12 @@ class EngineConfig:
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.decode_steps_between_prefills < 0:
+            raise ValueError("decode_steps_between_prefills must be >= 0, got "
+                             f"{self.decode_steps_between_prefills}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
+                             f"max_num_seqs={self.max_num_seqs}: a full decode step would not fit")
         if self.max_model_len is not None and self.max_model_len < 1:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
@@ -96,8 +106,17 @@ class EngineConfig:
             values[name] = _parse_value(name, raw_value, hints[name])
         return cls(**values)
 
-    def resolve_for_model(self, model_max_positions: int, kv_bytes_per_token: int) -> EngineConfig:
+    def resolve_for_model(self, model_max_positions: int, kv_bytes_per_token: int,
+                          supports_prefix_caching: bool = True,
+                          supports_chunked_prefill: bool = True) -> EngineConfig:
         """Fill the model-dependent defaults and check the options against the model."""
+        if self.enable_prefix_caching and not supports_prefix_caching:
+            raise ValueError("enable_prefix_caching=true, but the model does not support prefix caching")
+        if self.enable_chunked_prefill and not supports_chunked_prefill:
+            raise ValueError("enable_chunked_prefill=true, but the model does not support chunked "
+                             "prefill; set enable_chunked_prefill=false")
+        prefix_caching = supports_prefix_caching if self.enable_prefix_caching is None \
+            else self.enable_prefix_caching
         max_len = self.max_model_len or model_max_positions
         if max_len > model_max_positions:
             raise ValueError(f"max_model_len={max_len} exceeds the model's maximum positions "
@@ -111,7 +130,8 @@ class EngineConfig:
                 f"the KV cache ({num_blocks} blocks of {self.block_size} tokens) cannot hold one "
                 f"request of max_model_len={max_len} ({blocks_per_request} blocks); raise "
                 "num_kv_blocks or kv_cache_memory_bytes, or lower max_model_len")
-        return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks)
+        return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks,
+                                   enable_prefix_caching=prefix_caching)
 
 
 def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:

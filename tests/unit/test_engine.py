@@ -36,7 +36,7 @@ def run(config: EngineConfig, prompts: list[list[int]], params: SamplingParams,
     finally:
         engine.shutdown()
     assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
-    assert engine.scheduler.num_preemptions >= min_preemptions
+    assert engine.scheduler.stats.preemptions >= min_preemptions
     return outputs
 
 

@@ -7,7 +7,7 @@ import torch
 
 from tt_backend.models.registry import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
-from tt_backend.runtime.plan import PlannedRow, StepPlan
+from tt_backend.runtime.plan import PlannedRow
 
 BLOCK = 16
 
@@ -24,9 +24,9 @@ def test_chunked_prefill_and_decode_logits_match_hf(model_dir: Path, chat_ids: A
     tokens = list(prompt)
 
     def step(start: int, ids: list[int]) -> torch.Tensor:
-        plan = StepPlan("prefill", (PlannedRow(tuple(ids), start, blocks, True),))
+        rows = [PlannedRow(tuple(ids), start, blocks, True)]
         with torch.inference_mode():
-            return ours.module(prepare_host_inputs(plan, BLOCK), kv)[0]
+            return ours.module(prepare_host_inputs(rows, BLOCK), kv)[0]
 
     split = len(prompt) // 2
     step(0, tokens[:split])

@@ -14,6 +14,7 @@ from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.registry import load_model
 from tt_backend.runtime.executor import EagerExecutor
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
+from tt_backend.runtime.prefill_plan import PrefillPlanConfig
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +51,19 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     loaded = load_model(model_dir, dtype, device)
     cfg = loaded.config
     per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
-    config = config.resolve_for_model(cfg.max_position_embeddings, per_token)
+    caps = loaded.capabilities
+    config = config.resolve_for_model(cfg.max_position_embeddings, per_token,
+                                      caps.prefix_caching, caps.chunked_prefill)
     assert config.num_kv_blocks is not None
     kv = PagedKVCacheManager(PagedKVCacheConfig(
         cfg.num_layers, config.num_kv_blocks, config.block_size, cfg.num_kv_heads, cfg.head_dim, dtype),
         device)
     tokenizer = load_tokenizer(model_dir)
-    logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d KV blocks of %d",
-                loaded.architecture, type(loaded.module).__name__, model_dir, device, config.dtype,
-                config.max_model_len, config.num_kv_blocks, config.block_size)
-    return LLMEngine(config, EagerExecutor(loaded.module, kv, device), tokenizer, cfg.vocab_size,
+    logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d KV blocks of %d, "
+                "prefix caching %s", loaded.architecture, type(loaded.module).__name__, model_dir,
+                device, config.dtype, config.max_model_len, config.num_kv_blocks, config.block_size,
+                "on" if config.enable_prefix_caching else "off")
+    prefill = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
+                                        config.max_num_seqs, config.max_num_batched_tokens)
+    return LLMEngine(config, EagerExecutor(loaded.module, kv, device, prefill), tokenizer, cfg.vocab_size,
                      eos_token_ids(model_dir, tokenizer.eos_token_id))

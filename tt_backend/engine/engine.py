@@ -74,6 +74,8 @@ class LLMEngine:
             block_size=config.block_size,
             num_blocks=config.num_kv_blocks,
             enable_chunked_prefill=config.enable_chunked_prefill,
+            enable_prefix_caching=bool(config.enable_prefix_caching),
+            decode_steps_between_prefills=config.decode_steps_between_prefills,
         ))
         self._device = executor.device
         self._default_generator = make_generator(config.seed, self._device)

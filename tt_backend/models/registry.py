@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tt_backend.models.capabilities import TORCH_LLAMA, ModelCapabilities
 from tt_backend.models.llama import LlamaConfig, LlamaForCausalLM
 from tt_backend.models.weights import load_safetensors
 
@@ -22,6 +23,7 @@ class LoadedModel:
     module: nn.Module
     config: LlamaConfig
     architecture: str
+    capabilities: ModelCapabilities
 
 
 def _build_llama(hf_config: dict) -> tuple[nn.Module, LlamaConfig]:
@@ -54,4 +56,4 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> Loa
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     module.load_state_dict(state, strict=True, assign=True)
     module.to(device).eval().requires_grad_(False)
-    return LoadedModel(module=module, config=cfg, architecture=arch)
+    return LoadedModel(module=module, config=cfg, architecture=arch, capabilities=TORCH_LLAMA)

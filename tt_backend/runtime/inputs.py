@@ -1,28 +1,32 @@
-"""Host preparation of a step's inputs: a StepPlan becomes padded tensors, then a device copy.
+"""Host preparation of a step's inputs: planned rows become padded tensors, then a device copy.
 
-Rows are padded to the longest row (T). Padding tokens get slot −1 (no KV write) and position
-0; their logits are never read.
+Rows are padded to `padded_len` tokens and the batch to `padded_batch` rows. Padding tokens
+get slot −1 (no KV write) and position 0; padding rows get page-table rows of −1 and a context
+of 1 so their (discarded) attention stays finite. Their logits are never read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from tt_backend.models.llama import ForwardBatch
-from tt_backend.runtime.plan import StepPlan
+from tt_backend.runtime.plan import PlannedRow
 
 
-def prepare_host_inputs(plan: StepPlan, block_size: int) -> ForwardBatch:
-    rows = plan.rows
-    B = len(rows)
-    T = max(len(r.token_ids) for r in rows)
+def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batch: int | None = None,
+                        padded_len: int | None = None) -> ForwardBatch:
+    B = padded_batch or len(rows)
+    T = padded_len or max(len(r.token_ids) for r in rows)
+    assert B >= len(rows) and T >= max(len(r.token_ids) for r in rows)
     max_blocks = max(len(r.block_ids) for r in rows)
     input_ids = torch.zeros(B, T, dtype=torch.long)
     positions = torch.zeros(B, T, dtype=torch.long)
     slot_mapping = torch.full((B, T), -1, dtype=torch.long)
     block_tables = torch.full((B, max_blocks), -1, dtype=torch.long)
-    context_lens = torch.empty(B, dtype=torch.long)
-    logits_indices = torch.empty(B, dtype=torch.long)
+    context_lens = torch.ones(B, dtype=torch.long)
+    logits_indices = torch.zeros(B, dtype=torch.long)
     for i, row in enumerate(rows):
         n = len(row.token_ids)
         table = torch.tensor(row.block_ids, dtype=torch.long)

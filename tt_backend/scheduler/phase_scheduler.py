@@ -1,16 +1,19 @@
 """PhaseScheduler: one lane; every step is prefill-only, decode-only or empty.
 
 Policy (from the serving design):
-- Prefill is admitted first, so decode steps run with bigger batches, but after each prefill
-  step, when requests are ready to decode, the next step is a decode step: running streams keep
-  advancing between the chunks of a long prompt.
+- Prefill is admitted first, so decode steps run with bigger batches; but after each prefill
+  step, while requests are ready to decode, the next `decode_steps_between_prefills` steps are
+  decode steps, so running streams keep advancing between the chunks of a long prompt.
 - A prompt longer than the step's token budget is split into chunks over several prefill steps
   (`enable_chunked_prefill`).
-- When a decode step runs out of KV blocks, the most recently admitted running request is
-  preempted by recompute (its blocks freed, its tokens prefilled again when it resumes), so the
-  oldest requests always progress.
-- A prefill step that can admit no token (KV pressure) falls back to decode in the same call, so
+- When a step runs out of KV blocks, the most recently admitted running request is preempted
+  by recompute (its blocks freed, its tokens prefilled again on resume), so the oldest requests
+  always progress.
+- A prefill step that admits no token (KV pressure) falls back to decode in the same call, so
   the loop never spins without progress.
+- With prefix caching, an admitted request reuses the cached blocks of its longest cached
+  prefix of full blocks and computes only the rest (at least its last token).
+Lifecycle: waiting → (skipped_waiting ↔ waiting) → running → (preempted → waiting) → finished.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepMode, StepPlan
-from tt_backend.scheduler.block_pool import BlockPool
+from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepPlan
+from tt_backend.scheduler.block_pool import BlockPool, hash_block
 from tt_backend.scheduler.request import Request, RequestStatus
 
 
@@ -31,6 +34,10 @@ class SchedulerConfig:
     block_size: int
     num_blocks: int
     enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = False
+    decode_steps_between_prefills: int = 1
+    """Decode steps owed after each prefill step while requests are ready to decode; 0 lets
+    prefill run until no prefill work can be admitted."""
 
 
 @dataclass(frozen=True)
@@ -47,15 +54,25 @@ class SampledToken:
     token_id: int
 
 
+@dataclass
+class SchedulerStats:
+    preemptions: int = 0
+    prefix_cache_queries: int = 0
+    """Prompt tokens looked up in the prefix cache at admission."""
+    prefix_cache_hits: int = 0
+    """Of those, tokens found cached."""
+
+
 class PhaseScheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
-        self.pool = BlockPool(config.num_blocks)
+        self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
         self.waiting: deque[Request] = deque()
+        self.skipped: list[Request] = []
         self.running: list[Request] = []  # admission order
         self.requests: dict[str, Request] = {}
-        self._last_mode: StepMode = "empty"
-        self.num_preemptions = 0
+        self.stats = SchedulerStats()
+        self._decodes_owed = 0
 
     # ---- intake and exit -------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -70,8 +87,10 @@ class PhaseScheduler:
         request = self.requests.pop(request_id, None)
         if request is None:
             return None
-        if request in self.running:
+        if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
+        elif request.status is RequestStatus.SKIPPED_WAITING:
+            self.skipped.remove(request)
         else:
             self.waiting.remove(request)
         self._release_blocks(request)
@@ -82,18 +101,11 @@ class PhaseScheduler:
     def has_work(self) -> bool:
         return bool(self.requests)
 
-    @property
-    def num_running(self) -> int:
-        return len(self.running)
-
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
-
     # ---- scheduling -----------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
+        self._unpark_ready()
         decode_ready = any(not r.is_prefilling for r in self.running)
-        if decode_ready and (self._last_mode == "prefill" or not self._prefill_pending()):
+        if decode_ready and (self._decodes_owed > 0 or not self._prefill_pending()):
             step = self._schedule_decode()
         else:
             step = self._schedule_prefill()
@@ -106,7 +118,10 @@ class PhaseScheduler:
                 self._preempt(victim)
                 retry = self.schedule()
                 return ScheduledStep(retry.plan, retry.request_ids, (victim.request_id, *retry.preempted))
-        self._last_mode = step.plan.mode
+        if step.plan.mode == "prefill":
+            self._decodes_owed = self.config.decode_steps_between_prefills
+        elif step.plan.mode == "decode":
+            self._decodes_owed = max(0, self._decodes_owed - 1)
         return step
 
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
@@ -120,8 +135,17 @@ class PhaseScheduler:
                 token = next(tokens)
                 request.output_token_ids.append(token)
                 out.append(SampledToken(request, token))
+            if self.config.enable_prefix_caching:
+                self._register_full_blocks(request)
         assert next(tokens, None) is None, "more sampled tokens than sampling rows"
         return out
+
+    def _unpark_ready(self) -> None:
+        ready = [r for r in self.skipped if r.precondition is None or r.precondition()]
+        for request in reversed(ready):  # back to the front, in their original order
+            self.skipped.remove(request)
+            request.status = RequestStatus.WAITING
+            self.waiting.appendleft(request)
 
     def _prefill_pending(self) -> bool:
         return any(r.is_prefilling for r in self.running) or (
@@ -139,19 +163,44 @@ class PhaseScheduler:
                 budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
+            if request.precondition is not None and not request.precondition():
+                self.waiting.popleft()
+                request.status = RequestStatus.SKIPPED_WAITING
+                self.skipped.append(request)
+                continue
             request.prefill_target = request.num_tokens
+            cached = self._share_cached_prefix(request)
             n = self._reserve_chunk(request, budget)
             if n == 0:
+                self._release_blocks(request)
+                request.num_computed_tokens = 0
                 break
             self.waiting.popleft()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
+            request.num_cached_tokens = cached
+            self.stats.prefix_cache_queries += request.prefill_target if self.pool.enable_caching else 0
+            self.stats.prefix_cache_hits += cached
             rows.append(self._prefill_row(request, n))
             ids.append(request.request_id)
             budget -= n
         if not rows:
             return ScheduledStep(EMPTY_STEP, ())
         return ScheduledStep(StepPlan("prefill", tuple(rows)), tuple(ids))
+
+    def _share_cached_prefix(self, request: Request) -> int:
+        """Reference the cached blocks of the request's prefix; return the tokens they hold.
+        At least the last token is left to compute, since its logits are needed."""
+        if not self.pool.enable_caching:
+            return 0
+        self._extend_hashes(request)
+        usable = (request.prefill_target - 1) // self.config.block_size
+        hits = self.pool.lookup(request.block_hashes[:usable])
+        self.pool.share(hits)
+        request.block_ids = list(hits)
+        request.num_registered_blocks = len(hits)
+        request.num_computed_tokens = len(hits) * self.config.block_size
+        return request.num_computed_tokens
 
     def _reserve_chunk(self, request: Request, budget: int) -> int:
         """Allocate blocks for the request's next prefill chunk; return its length (0: none)."""
@@ -212,6 +261,23 @@ class PhaseScheduler:
     def _release_blocks(self, request: Request) -> None:
         self.pool.free(request.block_ids)
         request.block_ids = []
+        request.num_registered_blocks = 0
+
+    def _extend_hashes(self, request: Request) -> None:
+        bs = self.config.block_size
+        while len(request.block_hashes) < request.num_tokens // bs:
+            i = len(request.block_hashes)
+            parent = request.block_hashes[-1] if i else None
+            request.block_hashes.append(hash_block(parent, request.token_slice(i * bs, (i + 1) * bs)))
+
+    def _register_full_blocks(self, request: Request) -> None:
+        """Publish the content of blocks that the step filled with computed K/V."""
+        full = request.num_computed_tokens // self.config.block_size
+        if full > request.num_registered_blocks:
+            self._extend_hashes(request)
+            for i in range(request.num_registered_blocks, full):
+                self.pool.cache(request.block_ids[i], request.block_hashes[i])
+            request.num_registered_blocks = full
 
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: drop the KV, resume later by prefilling every token again."""
@@ -221,4 +287,4 @@ class PhaseScheduler:
         request.prefill_target = 0
         request.status = RequestStatus.PREEMPTED
         self.waiting.appendleft(request)
-        self.num_preemptions += 1
+        self.stats.preemptions += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tt_backend.sampling.params import SamplingParams
@@ -10,6 +11,8 @@ from tt_backend.sampling.params import SamplingParams
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
+    SKIPPED_WAITING = "skipped_waiting"
+    """Parked until its precondition (e.g. a grammar compile) is ready."""
     RUNNING = "running"
     PREEMPTED = "preempted"
     FINISHED_STOPPED = "stop"
@@ -34,6 +37,14 @@ class Request:
     prefill_target: int = 0
     """Tokens the current prefill must compute; set on admission (prompt, or all on resume)."""
     block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)
+    """Content hashes of the full blocks of all known tokens (with prefix caching)."""
+    num_registered_blocks: int = 0
+    """Leading blocks whose content is registered in the pool's prefix cache."""
+    num_cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache at the last admission."""
+    precondition: Callable[[], bool] | None = None
+    """Admission waits (in skipped_waiting) until this returns true."""
 
     @property
     def num_tokens(self) -> int:
