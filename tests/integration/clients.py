@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import queue
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,8 @@ from tritonclient.utils import np_to_triton_dtype
 @dataclass
 class StreamResult:
     responses: list[dict[str, np.ndarray]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    """time.monotonic() at which each response arrived."""
     error: str | None = None
 
     def ids(self, name: str = "output_ids") -> list[int]:
@@ -31,7 +35,8 @@ def _tensor(name: str, value: np.ndarray) -> grpcclient.InferInput:
     return t
 
 
-def grpc_stream(url: str, model: str, inputs: dict[str, np.ndarray], timeout: float = 120) -> StreamResult:
+def grpc_stream(url: str, model: str, inputs: dict[str, np.ndarray], timeout: float = 120,
+                on_response: Callable[[], None] | None = None) -> StreamResult:
     """Send one request on a gRPC stream and collect every response until the final one."""
     events: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
@@ -49,6 +54,9 @@ def grpc_stream(url: str, model: str, inputs: dict[str, np.ndarray], timeout: fl
             outputs = {o.name: res.as_numpy(o.name) for o in response.outputs}
             if outputs:
                 result.responses.append(outputs)
+                result.times.append(time.monotonic())
+                if on_response is not None:
+                    on_response()
             if response.parameters["triton_final_response"].bool_param:
                 return result
     finally:

@@ -152,6 +152,9 @@ class LLMEngine:
         step = self.scheduler.schedule()
         if step.plan.mode == "empty":
             return
+        for request_id in step.preempted:
+            logger.info("preempted %s by recompute (KV blocks exhausted; %d preemptions so far)",
+                        request_id, self.scheduler.stats.preemptions)
         try:
             sampled = self._execute(step)
         except Exception as exc:  # fail only this step's requests; the engine goes on
