@@ -40,9 +40,9 @@ class EngineConfig:
     """Defaults to the model's maximum positions."""
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 2048
-    enable_chunked_prefill: bool = True
+    enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
-    """Unset: on when the model declares support. True on a model without support fails."""
+    """These two, unset: on when the model declares support; true on a model without it fails."""
     decode_steps_between_prefills: int = 1
     """Decode steps after each prefill step while requests decode (0: prefill until done)."""
     block_size: int = 16
@@ -54,6 +54,9 @@ class EngineConfig:
     pipeline_parallel_size: int = 1
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
+    enable_lora: bool = False
+    speculative_config: str = ""
+    num_speculative_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tensor_parallel_size", "pipeline_parallel_size"):
@@ -76,15 +79,16 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.enable_lora:
+            raise ValueError("enable_lora=true: LoRA adapters are not supported yet")
+        if self.speculative_config or self.num_speculative_tokens:
+            raise ValueError("speculative decoding (speculative_config / num_speculative_tokens) "
+                             "is not supported yet")
         if self.data_parallel_size != 1:
             raise ValueError(f"data_parallel_size={self.data_parallel_size} is not supported "
                              "yet: in-process lanes are not built; use 1")
-        if (not self.enable_chunked_prefill and self.max_model_len is not None
-                and self.max_num_batched_tokens < self.max_model_len):
-            raise ValueError(
-                f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
-                f"max_model_len={self.max_model_len} while enable_chunked_prefill is false: "
-                "a long prompt could never be scheduled; enable chunked prefill or raise it")
+        if self.enable_chunked_prefill is False and self.max_model_len is not None:
+            _check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
 
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> EngineConfig:
@@ -117,6 +121,8 @@ class EngineConfig:
                              "prefill; set enable_chunked_prefill=false")
         prefix_caching = supports_prefix_caching if self.enable_prefix_caching is None \
             else self.enable_prefix_caching
+        chunked = supports_chunked_prefill if self.enable_chunked_prefill is None \
+            else self.enable_chunked_prefill
         max_len = self.max_model_len or model_max_positions
         if max_len > model_max_positions:
             raise ValueError(f"max_model_len={max_len} exceeds the model's maximum positions "
@@ -130,8 +136,18 @@ class EngineConfig:
                 f"the KV cache ({num_blocks} blocks of {self.block_size} tokens) cannot hold one "
                 f"request of max_model_len={max_len} ({blocks_per_request} blocks); raise "
                 "num_kv_blocks or kv_cache_memory_bytes, or lower max_model_len")
+        if not chunked:
+            _check_unchunked_budget(self.max_num_batched_tokens, max_len)
         return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks,
-                                   enable_prefix_caching=prefix_caching)
+                                   enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked)
+
+
+def _check_unchunked_budget(max_num_batched_tokens: int, max_model_len: int) -> None:
+    if max_num_batched_tokens < max_model_len:
+        raise ValueError(
+            f"max_num_batched_tokens={max_num_batched_tokens} is smaller than "
+            f"max_model_len={max_model_len} while chunked prefill is off: a long prompt could "
+            "never be scheduled; enable chunked prefill or raise max_num_batched_tokens")
 
 
 def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:

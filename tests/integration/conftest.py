@@ -39,7 +39,8 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def start_server(log: Path, *settings: str) -> tuple[subprocess.Popen[bytes], Server]:
+def start_server(log: Path, *settings: str,
+                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Server]:
     http, grpc, metrics = free_ports(3)
     args = ["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
             "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
@@ -47,7 +48,7 @@ def start_server(log: Path, *settings: str) -> tuple[subprocess.Popen[bytes], Se
         args += ["--set", setting]
     out = open(log, "wb")
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **(env or {})})
     server = Server(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}", log)
     return proc, server
 

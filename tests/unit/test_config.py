@@ -23,6 +23,11 @@ def test_parameters_parse_by_field_type() -> None:
     ({"max_num_seqs": "2", "tt.max_num_seqs": "3"}, "given twice"),
     ({"enable_chunked_prefill": "false", "max_model_len": "4096"},
      "max_num_batched_tokens=2048 is smaller than max_model_len=4096"),
+    ({"enable_lora": "true"}, "LoRA adapters are not supported yet"),
+    ({"speculative_config": '{"method": "ngram"}'}, "speculative decoding"),
+    ({"num_speculative_tokens": "4"}, "speculative decoding"),
+    ({"max_num_seqs": "64", "max_num_batched_tokens": "32"}, "a full decode step would not fit"),
+    ({"decode_steps_between_prefills": "-1"}, "decode_steps_between_prefills must be >= 0"),
 ])
 def test_bad_parameters_name_the_option(params: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -39,3 +44,18 @@ def test_resolve_for_model_fills_defaults_and_checks_capacity() -> None:
         EngineConfig(max_model_len=1024).resolve_for_model(512, 1024)
     with pytest.raises(ValueError, match=r"cannot hold one request of max_model_len=512 \(32 blocks\)"):
         EngineConfig(num_kv_blocks=31).resolve_for_model(512, 1024)
+
+
+def test_features_follow_model_declarations() -> None:
+    unset = EngineConfig()
+    on = unset.resolve_for_model(8192, 1024, supports_prefix_caching=True, supports_chunked_prefill=True)
+    assert (on.enable_prefix_caching, on.enable_chunked_prefill) == (True, True)
+    off = unset.resolve_for_model(2048, 1024, supports_prefix_caching=False, supports_chunked_prefill=False)
+    assert (off.enable_prefix_caching, off.enable_chunked_prefill) == (False, False)
+    with pytest.raises(ValueError, match="enable_prefix_caching=true, but the model does not support"):
+        EngineConfig(enable_prefix_caching=True).resolve_for_model(2048, 1024, False, True)
+    with pytest.raises(ValueError, match="enable_chunked_prefill=true, but the model does not support"):
+        EngineConfig(enable_chunked_prefill=True).resolve_for_model(2048, 1024, True, False)
+    # Without chunking, a prompt of max_model_len must fit one step's budget.
+    with pytest.raises(ValueError, match="max_num_batched_tokens=2048 is smaller than max_model_len=8192"):
+        unset.resolve_for_model(8192, 1024, True, False)

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from tt_backend.models.registry import load_model
+from tt_backend.models.loader import load_model
 from tt_backend.runtime.executor import EagerExecutor
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.plan import PlannedRow, StepPlan
@@ -17,7 +17,7 @@ BLOCK = 16
 def test_padded_wave_matches_sequential_and_leaves_other_blocks_untouched(model_dir: Path,
                                                                            chat_ids: Any) -> None:
     model = load_model(model_dir, torch.float32, torch.device("cpu"))
-    cfg = model.config
+    cfg = model.spec
     prompts = [chat_ids(p) for p in ("Hi! How are you today?", "Name a colour.", "What is two plus two?")]
     rows = tuple(PlannedRow(tuple(ids), 0, tuple(range(4 * i, 4 * i + 4)), True)
                  for i, ids in enumerate(prompts))

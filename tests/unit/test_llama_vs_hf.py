@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from tt_backend.models.registry import load_model
+from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
 from tt_backend.runtime.plan import PlannedRow
 
@@ -16,7 +16,7 @@ def test_chunked_prefill_and_decode_logits_match_hf(model_dir: Path, chat_ids: A
     from transformers import AutoModelForCausalLM
 
     ours = load_model(model_dir, torch.float32, torch.device("cpu"))
-    cfg = ours.config
+    cfg = ours.spec
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     prompt = chat_ids("Name three colours.")
     blocks = (7, 2, 5, 11)  # deliberately out of order

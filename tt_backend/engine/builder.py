@@ -11,7 +11,7 @@ from tt_backend.config import EngineConfig
 from tt_backend.devices.torch_device import select_device, torch_dtype
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.checkpoint import resolve_model_dir
-from tt_backend.models.registry import load_model
+from tt_backend.models.loader import load_model
 from tt_backend.runtime.executor import EagerExecutor
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.prefill_plan import PrefillPlanConfig
@@ -49,9 +49,13 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     device = select_device(config.device)
     dtype = torch_dtype(config.dtype)
     loaded = load_model(model_dir, dtype, device)
-    cfg = loaded.config
+    cfg = loaded.spec
     per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
     caps = loaded.capabilities
+    for feature, declared in (("prefix caching", caps.prefix_caching),
+                              ("chunked prefill", caps.chunked_prefill)):
+        if not declared:
+            logger.info("%s off: %s does not declare support for it", feature, loaded.architecture)
     config = config.resolve_for_model(cfg.max_position_embeddings, per_token,
                                       caps.prefix_caching, caps.chunked_prefill)
     assert config.num_kv_blocks is not None
@@ -60,7 +64,7 @@ def build_engine(config: EngineConfig) -> LLMEngine:
         device)
     tokenizer = load_tokenizer(model_dir)
     logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d KV blocks of %d, "
-                "prefix caching %s", loaded.architecture, type(loaded.module).__name__, model_dir,
+                "prefix caching %s", loaded.architecture, type(loaded.module).__qualname__, model_dir,
                 device, config.dtype, config.max_model_len, config.num_kv_blocks, config.block_size,
                 "on" if config.enable_prefix_caching else "off")
     prefill = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,

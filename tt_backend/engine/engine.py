@@ -73,7 +73,7 @@ class LLMEngine:
             max_model_len=config.max_model_len,
             block_size=config.block_size,
             num_blocks=config.num_kv_blocks,
-            enable_chunked_prefill=config.enable_chunked_prefill,
+            enable_chunked_prefill=bool(config.enable_chunked_prefill),
             enable_prefix_caching=bool(config.enable_prefix_caching),
             decode_steps_between_prefills=config.decode_steps_between_prefills,
         ))

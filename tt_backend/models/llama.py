@@ -7,16 +7,22 @@ gathered through its block table, so chunked prefill and prefix reuse need no sp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tt_backend.models.capabilities import TORCH_LLAMA
+from tt_backend.models.rope import RopeConfig, inv_frequencies
+from tt_backend.models.spec import ModelSpec
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
+    """The Llama-family core; each architecture maps its HF config onto these fields."""
+
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -25,18 +31,20 @@ class LlamaConfig:
     num_kv_heads: int
     head_dim: int
     rms_norm_eps: float
-    rope_theta: float
+    rope: RopeConfig
     max_position_embeddings: int
     tie_word_embeddings: bool
-    attention_bias: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    """Per-head RMSNorm of q and k before RoPE (Qwen3)."""
+    sliding_window: int | None = None
+    """Keys further back than this many positions are not attended (Mistral)."""
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> LlamaConfig:
-        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type != "default":
-            raise ValueError(f"rope_type={rope_type!r} is not supported yet")
         num_heads = hf["num_attention_heads"]
+        bias = bool(hf.get("attention_bias", False))
         return cls(
             vocab_size=hf["vocab_size"],
             hidden_size=hf["hidden_size"],
@@ -46,10 +54,11 @@ class LlamaConfig:
             num_kv_heads=hf.get("num_key_value_heads") or num_heads,
             head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
             rms_norm_eps=hf["rms_norm_eps"],
-            rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
+            rope=RopeConfig.from_hf(hf),
             max_position_embeddings=hf["max_position_embeddings"],
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
-            attention_bias=hf.get("attention_bias", False),
+            qkv_bias=bias,
+            o_bias=bias,
         )
 
 
@@ -81,12 +90,9 @@ class RMSNorm(nn.Module):
 class Rotary(nn.Module):
     inv_freq: torch.Tensor
 
-    def __init__(self, head_dim: int, theta: float) -> None:
+    def __init__(self, head_dim: int, rope: RopeConfig) -> None:
         super().__init__()
-        # An explicit device keeps this real when the model is built under torch.device("meta").
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
-        inv_freq = 1.0 / (theta**exponents)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("inv_freq", inv_frequencies(head_dim, rope), persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = positions.float()[..., None] * self.inv_freq  # [B, T, D/2]
@@ -103,26 +109,31 @@ class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=bias)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=bias)
+        self.sliding_window = cfg.sliding_window
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 kv: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
         # x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
         v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         cos, sin = rope
         q = q * cos + _rotate_half(q) * sin  # [B, H, T, D]
         k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
         write_kv(kv, batch.slot_mapping, k, v)
         keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=attention_mask(batch, keys.shape[2]),
-                                             enable_gqa=True)
+        mask = attention_mask(batch, keys.shape[2], self.sliding_window)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -144,12 +155,16 @@ def gather_kv(kv: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tenso
     return blocks[0], blocks[1]
 
 
-def attention_mask(batch: ForwardBatch, num_keys: int) -> torch.Tensor:
-    """[B, 1, T, S] bool: key s is visible to a query at position p iff s <= p and s < context."""
+def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | None = None) -> torch.Tensor:
+    """[B, 1, T, S] bool: key s is visible to a query at position p iff s <= p, s < context and,
+    with a sliding window w, p - s < w."""
     s = torch.arange(num_keys, device=batch.positions.device)
-    causal = s[None, None, :] <= batch.positions[:, :, None]  # [B, T, S]
+    p = batch.positions[:, :, None]  # [B, T, 1]
+    visible = s[None, None, :] <= p  # [B, T, S]
+    if sliding_window is not None:
+        visible &= s[None, None, :] > p - sliding_window
     valid = s[None, :] < batch.context_lens[:, None]  # [B, S]
-    return (causal & valid[:, None, :])[:, None]
+    return (visible & valid[:, None, :])[:, None]
 
 
 class MLP(nn.Module):
@@ -183,17 +198,29 @@ class LlamaModel(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        self.rotary = Rotary(cfg.head_dim, cfg.rope)
 
 
 class LlamaForCausalLM(nn.Module):
     """Module names follow HF so a checkpoint's state dict loads as is."""
+
+    capabilities = TORCH_LLAMA
 
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.config = cfg
         self.model = LlamaModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
+        return cls(LlamaConfig.from_hf(hf))
+
+    @property
+    def spec(self) -> ModelSpec:
+        c = self.config
+        return ModelSpec(c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size,
+                         c.max_position_embeddings, c.tie_word_embeddings)
 
     def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
         """Run one step; return fp32 logits [B, vocab] at `batch.logits_indices`.
@@ -206,3 +233,34 @@ class LlamaForCausalLM(nn.Module):
             x = layer(x, rope, kv, batch)
         last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]
         return self.lm_head(self.model.norm(last)).float()
+
+
+class MistralForCausalLM(LlamaForCausalLM):
+    """Llama with a sliding attention window (Mistral 7B v0.1; later versions set none)."""
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
+        return cls(replace(LlamaConfig.from_hf(hf), sliding_window=hf.get("sliding_window")))
+
+
+class Qwen2ForCausalLM(LlamaForCausalLM):
+    """Llama with biases on q, k and v (none on o)."""
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
+        _reject_qwen_sliding_window(hf)
+        return cls(replace(LlamaConfig.from_hf(hf), qkv_bias=True, o_bias=False))
+
+
+class Qwen3ForCausalLM(LlamaForCausalLM):
+    """Llama with per-head RMSNorm of q and k."""
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
+        _reject_qwen_sliding_window(hf)
+        return cls(replace(LlamaConfig.from_hf(hf), qk_norm=True))
+
+
+def _reject_qwen_sliding_window(hf: dict[str, Any]) -> None:
+    if hf.get("use_sliding_window"):
+        raise ValueError("use_sliding_window=true (per-layer sliding attention) is not supported yet")

@@ -1,59 +1,166 @@
-"""Architecture registry: the HF `architectures` name of a checkpoint → our implementation."""
+"""Architecture registry: the HF `architectures` name of a checkpoint → an implementation class.
+
+- torch: our implementations, registered under the HF name (`LlamaForCausalLM`, ...).
+- Tenstorrent: `TT<Arch>` names map to TT-Metal generator classes, resolved lazily and only
+  when `ttnn` is importable (unverified on hardware here).
+- Bundles: each folder of `EXTRA_MODELS_DIR` holds `vllm_metadata.json` (`arch`, `main_class`
+  as `module:Class`) and its adapter code; it registers as `TT<arch>` on Tenstorrent and as
+  `arch` on torch. A broken bundle is skipped with a warning naming its folder.
+  `TT_VLLM_BUILTIN_MODELS=0` narrows the registry to the bundles. On torch the adapter is
+  imported at startup, so an import error skips the bundle there; on Tenstorrent it is imported
+  when first resolved (it needs ttnn), and only metadata errors show at startup.
+An implementation class provides `from_hf_config(hf_config) -> module`, a `capabilities`
+class attribute (ModelCapabilities), and on the module `spec` (ModelSpec) and
+`forward(batch, kv_cache) -> logits`.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import logging
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
-from torch import nn
-
-from tt_backend.models.capabilities import TORCH_LLAMA, ModelCapabilities
-from tt_backend.models.llama import LlamaConfig, LlamaForCausalLM
-from tt_backend.models.weights import load_safetensors
+from types import ModuleType
+from typing import Literal
 
 logger = logging.getLogger(__name__)
 
+Platform = Literal["torch", "tt"]
 
-@dataclass(frozen=True)
-class LoadedModel:
-    module: nn.Module
-    config: LlamaConfig
-    architecture: str
-    capabilities: ModelCapabilities
-
-
-def _build_llama(hf_config: dict) -> tuple[nn.Module, LlamaConfig]:
-    cfg = LlamaConfig.from_hf(hf_config)
-    return LlamaForCausalLM(cfg), cfg
-
-
-ARCHITECTURES: dict[str, Callable[[dict], tuple[nn.Module, LlamaConfig]]] = {
-    "LlamaForCausalLM": _build_llama,
+TORCH_BUILTINS = {
+    arch: f"tt_backend.models.llama:{arch}"
+    for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+}
+# TT-Metal's vLLM-facing generators (tt-metal models/tt_transformers); unverified on hardware here.
+TT_BUILTINS = {
+    "TTLlamaForCausalLM": "models.tt_transformers.tt.generator_vllm:LlamaForCausalLM",
+    "TTMistralForCausalLM": "models.tt_transformers.tt.generator_vllm:MistralForCausalLM",
+    "TTQwen2ForCausalLM": "models.tt_transformers.tt.generator_vllm:QwenForCausalLM",
+    "TTQwen3ForCausalLM": "models.tt_transformers.tt.generator_vllm:QwenForCausalLM",
 }
 
 
-def read_hf_config(model_dir: Path) -> dict:
-    with open(model_dir / "config.json", encoding="utf-8") as f:
-        return json.load(f)
+@dataclass(frozen=True)
+class ModelEntry:
+    arch: str
+    class_path: str
+    source: str
+    """"builtin" or the bundle folder."""
+    resolve: Callable[[], type]
 
 
-def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> LoadedModel:
-    """Build the implementation for the checkpoint's architecture and load its weights."""
-    hf_config = read_hf_config(model_dir)
-    archs = hf_config.get("architectures") or []
-    arch = next((a for a in archs if a in ARCHITECTURES), None)
-    if arch is None:
-        raise ValueError(f"architectures={archs} in {model_dir} are not supported; "
-                         f"known: {', '.join(sorted(ARCHITECTURES))}")
-    with torch.device("meta"):
-        module, cfg = ARCHITECTURES[arch](hf_config)
-    state = load_safetensors(model_dir, dtype)
-    if cfg.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    module.load_state_dict(state, strict=True, assign=True)
-    module.to(device).eval().requires_grad_(False)
-    return LoadedModel(module=module, config=cfg, architecture=arch, capabilities=TORCH_LLAMA)
+def _ttnn_available() -> bool:
+    return importlib.util.find_spec("ttnn") is not None
+
+
+def _import_class(class_path: str, search_dir: Path | None = None) -> type:
+    """Import `module:Class`; a bundle's module loads from its folder under a unique name, so
+    two bundles may both call their module `adapter`."""
+    module_name, sep, class_name = class_path.partition(":")
+    if not sep or not module_name or not class_name:
+        raise ValueError(f"main_class {class_path!r} is not of the form 'module:Class'")
+    if search_dir is None:
+        module = importlib.import_module(module_name)
+    else:
+        module = _import_from_folder(search_dir, module_name)
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"{module_name} has no class {class_name}")
+    return cls
+
+
+def _import_from_folder(folder: Path, module_name: str) -> ModuleType:
+    relative = Path(*module_name.split("."))
+    path = folder / relative.with_suffix(".py")
+    if not path.is_file():
+        path = folder / relative / "__init__.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"no module {module_name!r} in {folder}")
+    unique = f"tt_bundle_{abs(hash(str(folder.resolve())))}_{module_name.replace('.', '_')}"
+    if unique in sys.modules:
+        return sys.modules[unique]
+    spec = importlib.util.spec_from_file_location(unique, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[unique] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[unique]
+        raise
+    return module
+
+
+def _lazy(class_path: str, search_dir: Path | None, needs_ttnn: bool) -> Callable[[], type]:
+    def resolve() -> type:
+        if needs_ttnn and not _ttnn_available():
+            raise ValueError(f"{class_path} needs ttnn (TT-Metal), which is not importable here")
+        return _import_class(class_path, search_dir)
+    return resolve
+
+
+class ModelRegistry:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self._entries: dict[str, ModelEntry] = {}
+
+    def register(self, arch: str, class_path: str, source: str, search_dir: Path | None = None) -> None:
+        name = f"TT{arch}" if self.platform == "tt" and not arch.startswith("TT") else arch
+        self._entries[name] = ModelEntry(name, class_path, source,
+                                         _lazy(class_path, search_dir, self.platform == "tt"))
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def entry(self, arch: str) -> ModelEntry:
+        return self._entries[arch]
+
+    def find(self, architectures: list[str]) -> ModelEntry:
+        """The entry for the first declared architecture this registry knows."""
+        for arch in architectures:
+            name = f"TT{arch}" if self.platform == "tt" else arch
+            if name in self._entries:
+                return self._entries[name]
+        raise ValueError(f"architectures={architectures} are not supported on {self.platform}; "
+                         f"known: {', '.join(self.names()) or '(none)'}")
+
+
+def build_registry(platform: Platform = "torch", extra_models_dir: str | None = None,
+                   builtin: bool | None = None) -> ModelRegistry:
+    """Builtins (unless TT_VLLM_BUILTIN_MODELS=0) plus the bundles of EXTRA_MODELS_DIR."""
+    if builtin is None:
+        builtin = os.environ.get("TT_VLLM_BUILTIN_MODELS", "1") != "0"
+    if extra_models_dir is None:
+        extra_models_dir = os.environ.get("EXTRA_MODELS_DIR", "")
+    registry = ModelRegistry(platform)
+    if builtin:
+        for arch, path in (TT_BUILTINS if platform == "tt" else TORCH_BUILTINS).items():
+            registry.register(arch, path, "builtin")
+    if extra_models_dir:
+        for folder in sorted(Path(extra_models_dir).iterdir()):
+            if folder.is_dir():
+                _register_bundle(registry, folder)
+    return registry
+
+
+def _register_bundle(registry: ModelRegistry, folder: Path) -> None:
+    try:
+        with open(folder / "vllm_metadata.json", encoding="utf-8") as f:
+            meta = json.load(f)
+        arch, main_class = meta["arch"], meta["main_class"]
+        if not isinstance(arch, str) or not isinstance(main_class, str):
+            raise ValueError("arch and main_class must be strings")
+        if registry.platform == "torch":
+            cls = _import_class(main_class, folder)  # import now: a broken bundle shows at startup
+            for attribute in ("from_hf_config", "capabilities"):
+                if not hasattr(cls, attribute):
+                    raise ValueError(f"{main_class} has no {attribute}")
+        registry.register(arch, main_class, str(folder), folder)
+        logger.info("registered model bundle %s from %s", arch, folder)
+    except Exception as exc:  # noqa: BLE001 (any failure skips just this bundle)
+        logger.warning("skipping model bundle %s: %s: %s", folder, type(exc).__name__, exc)

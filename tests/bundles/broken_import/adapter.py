@@ -1,0 +1,3 @@
+"""A test bundle whose adapter fails to import."""
+
+import a_module_that_does_not_exist  # noqa: F401

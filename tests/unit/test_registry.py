@@ -1,0 +1,48 @@
+import logging
+from pathlib import Path
+
+import pytest
+
+from tt_backend.models.llama import LlamaForCausalLM, Qwen3ForCausalLM
+from tt_backend.models.registry import build_registry
+
+BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
+
+
+def test_builtins_resolve_by_hf_architecture() -> None:
+    registry = build_registry("torch", extra_models_dir="", builtin=True)
+    assert registry.names() == ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                "Qwen3ForCausalLM"]
+    assert registry.find(["Qwen3ForCausalLM"]).resolve() is Qwen3ForCausalLM
+    with pytest.raises(ValueError, match=r"architectures=\['GPT2LMHeadModel'\] are not supported on torch"):
+        registry.find(["GPT2LMHeadModel"])
+
+
+def test_bundles_register_and_broken_ones_are_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="tt_backend.models.registry"):
+        registry = build_registry("torch", extra_models_dir=str(BUNDLES), builtin=True)
+    assert "BundleLlamaForCausalLM" in registry.names()
+    assert "BrokenForCausalLM" not in registry.names()
+    assert "NoMainClassForCausalLM" not in registry.names()
+    cls = registry.find(["BundleLlamaForCausalLM"]).resolve()
+    assert issubclass(cls, LlamaForCausalLM) and cls.__name__ == "BundleLlama"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert any(f"skipping model bundle {BUNDLES / 'broken_import'}: ModuleNotFoundError" in w
+               for w in warnings), warnings
+    assert any(f"skipping model bundle {BUNDLES / 'broken_metadata'}: KeyError" in w for w in warnings)
+
+
+def test_builtin_models_off_leaves_only_bundles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TT_VLLM_BUILTIN_MODELS", "0")
+    monkeypatch.setenv("EXTRA_MODELS_DIR", str(BUNDLES))
+    assert build_registry("torch").names() == ["BundleLlamaForCausalLM"]
+
+
+def test_tt_platform_uses_the_tt_prefix_and_needs_ttnn() -> None:
+    registry = build_registry("tt", extra_models_dir=str(BUNDLES), builtin=True)
+    assert "TTLlamaForCausalLM" in registry.names() and "LlamaForCausalLM" not in registry.names()
+    assert "TTBundleLlamaForCausalLM" in registry.names()
+    entry = registry.find(["LlamaForCausalLM"])
+    assert entry.class_path == "models.tt_transformers.tt.generator_vllm:LlamaForCausalLM"
+    with pytest.raises(ValueError, match="needs ttnn"):  # ttnn is not installed on this machine
+        entry.resolve()

@@ -1,0 +1,46 @@
+"""Build the registered implementation for a checkpoint and load its weights."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tt_backend.models.capabilities import ModelCapabilities
+from tt_backend.models.registry import ModelRegistry, build_registry
+from tt_backend.models.spec import ModelSpec
+from tt_backend.models.weights import load_safetensors
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    module: nn.Module
+    spec: ModelSpec
+    architecture: str
+    capabilities: ModelCapabilities
+
+
+def read_hf_config(model_dir: Path) -> dict[str, Any]:
+    with open(model_dir / "config.json", encoding="utf-8") as f:
+        config: dict[str, Any] = json.load(f)
+    return config
+
+
+def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device,
+               registry: ModelRegistry | None = None) -> LoadedModel:
+    hf_config = read_hf_config(model_dir)
+    entry = (registry or build_registry()).find(hf_config.get("architectures") or [])
+    cls = entry.resolve()
+    with torch.device("meta"):
+        module = cls.from_hf_config(hf_config)  # type: ignore[attr-defined]
+    spec: ModelSpec = module.spec
+    state = load_safetensors(model_dir, dtype)
+    if spec.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    module.load_state_dict(state, strict=True, assign=True)
+    module.to(device).eval().requires_grad_(False)
+    return LoadedModel(module, spec, entry.arch, cls.capabilities)  # type: ignore[attr-defined]
