@@ -20,6 +20,11 @@ CHAT_PROMPTS = (
     "Write the word 'café' three times.",
     "How do you say 'thank you' in Japanese?",
 )
+# Answers with emoji and with indented code: streamed text must equal the whole text exactly.
+TEXT_PROMPTS = CHAT_PROMPTS + (
+    "Give me an emoji for happiness.",
+    "Write a Python function that returns the larger of two numbers.",
+)
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,8 @@ class EngineConfig:
     data_parallel_size: int = 1
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    max_waiting_requests: int = 4096
+    """Requests beyond max_num_seqs wait; past this many waiting, new requests are refused."""
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
     enable_lora: bool = False
@@ -65,7 +67,7 @@ class EngineConfig:
                                  f"{_REJECTED_OPTIONS[name]}")
         _check_choice("dtype", self.dtype, typing.get_args(Dtype))
         _check_choice("device", self.device, typing.get_args(DeviceName))
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size",
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -83,3 +83,32 @@ def http_generate_stream(url: str, model: str, body: dict[str, Any],
 
 def s(value: str) -> np.ndarray:
     return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Prometheus text from Triton's metrics port: {'name{labels}': value} for our families."""
+    text = requests.get(f"http://{url}/metrics", timeout=10).text
+    values = {}
+    for line in text.splitlines():
+        if line.startswith(("vllm:", "tt:")):
+            key, _, value = line.rpartition(" ")
+            values[key] = float(value)
+    return values
+
+
+def series(name: str, **labels: str) -> str:
+    """The key `scrape` uses for one series (labels sorted, as Triton prints them)."""
+    body = ",".join(f'{k}="{v}"' for k, v in sorted({"model": "tt_llm", "lane": "0", **labels}.items()))
+    return f"{name}{{{body}}}"
+
+
+def wait_for_metrics(url: str, expected: dict[str, float], before: dict[str, float],
+                     timeout: float = 10) -> dict[str, float]:
+    """Scrape until every expected delta (or gauge value, for names ending in '=') holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = scrape(url)
+        deltas = {k: now.get(k, 0.0) - before.get(k, 0.0) for k in expected}
+        if deltas == expected or time.monotonic() > deadline:
+            return deltas
+        time.sleep(0.2)

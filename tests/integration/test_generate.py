@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import requests
 
-from tests.conftest import CHAT_PROMPTS
+from tests.conftest import CHAT_PROMPTS, TEXT_PROMPTS
 from tests.integration.clients import grpc_stream, http_generate, http_generate_stream, s
 from tests.integration.conftest import Server
 
@@ -30,7 +30,15 @@ def test_grpc_stream_tt_llm_ids_match_hf(server: Server, prompt: str, chat_ids: 
     assert len(result.responses) > 1  # streamed, not one response at the end
 
 
-@pytest.mark.parametrize("prompt", CHAT_PROMPTS)
+def check_content(prompt: str, text: str) -> None:
+    """The answer really holds what the prompt is meant to exercise."""
+    if "emoji" in prompt:
+        assert any(ord(c) > 0xFFFF for c in text), text
+    if "Python" in prompt:
+        assert "\n    " in text, text
+
+
+@pytest.mark.parametrize("prompt", TEXT_PROMPTS)
 def test_http_stream_ensemble_text_matches_hf(server: Server, prompt: str, chat_ids: Any,
                                               hf_greedy: Any, tokenizer: Any) -> None:
     expected = tokenizer.decode(hf_greedy(tuple(chat_ids(prompt)), MAX_TOKENS), skip_special_tokens=True)
@@ -39,11 +47,12 @@ def test_http_stream_ensemble_text_matches_hf(server: Server, prompt: str, chat_
     assert all("error" not in e for e in events), events
     streamed = "".join(e["text_output"] for e in events)
     assert streamed == expected
+    check_content(prompt, streamed)
     whole = http_generate(server.http, "ensemble", {**body, "exclude_input_in_output": True})
     assert whole["status"] == 200 and whole["text_output"] == streamed
 
 
-@pytest.mark.parametrize("prompt", CHAT_PROMPTS)
+@pytest.mark.parametrize("prompt", TEXT_PROMPTS)
 def test_tt_llm_text_streamed_equals_non_streamed(server: Server, prompt: str, tokenizer: Any) -> None:
     text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                          add_generation_prompt=True, tokenize=False)
@@ -57,6 +66,7 @@ def test_tt_llm_text_streamed_equals_non_streamed(server: Server, prompt: str, t
         "return_finish_reason": True, "return_num_output_tokens": True})
     assert whole["status"] == 200
     assert streamed.text() == whole["text_output"]
+    check_content(prompt, whole["text_output"])
     assert sum(int(r["num_output_tokens"][0]) for r in streamed.responses) == whole["num_output_tokens"]
     assert whole["finish_reason"] in ("stop", "length")
     with_prompt = http_generate(server.http, "tt_llm", {"text_input": text, "sampling_parameters": params})

@@ -8,8 +8,10 @@ on the engine thread:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +20,10 @@ import torch
 
 from tt_backend.config import EngineConfig
 from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
-from tt_backend.engine.outputs import FINISH_REASONS, RequestOutput
+from tt_backend.engine.outputs import FINISH_REASONS, FinishReason, RequestOutput
+from tt_backend.engine.stats import EngineStats, FinishedRequestStats
 from tt_backend.runtime.executor import EagerExecutor
+from tt_backend.runtime.plan import StepMode
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.sampler import make_generator, sample
 from tt_backend.scheduler.phase_scheduler import (
@@ -27,12 +31,15 @@ from tt_backend.scheduler.phase_scheduler import (
     SampledToken,
     ScheduledStep,
     SchedulerConfig,
+    SchedulerStats,
 )
 from tt_backend.scheduler.request import Request, RequestStatus
 
 logger = logging.getLogger(__name__)
 
+IDLE_WAIT_S = 0.005
 OutputCallback = Callable[[RequestOutput], None]
+StatsListener = Callable[[EngineStats], None]
 
 
 @dataclass
@@ -43,12 +50,17 @@ class _Live:
     detokenizer: IncrementalDetokenizer
     on_output: OutputCallback
     generator: torch.Generator
+    arrival: float
+    admitted: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
 
 
 @dataclass(frozen=True)
 class _Add:
     request: Request
     on_output: OutputCallback
+    arrival: float
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,12 @@ class LLMEngine:
         self._cv = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._stats_listener: StatsListener | None = None
+        self._failure_listener: Callable[[BaseException], None] | None = None
+        self._failure: BaseException | None = None
+        self._finished_stats: list[FinishedRequestStats] = []
+        self._token_counts = [0, 0]  # prompt, generation tokens since the last report
+        self._reported = SchedulerStats()
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -93,12 +111,19 @@ class LLMEngine:
         self.validate(prompt_token_ids, params)
         request = Request(request_id, tuple(prompt_token_ids), params)
         with self._cv:
+            if self._failure is not None:
+                raise RuntimeError(f"the engine failed and serves no requests: {self._failure!r}")
             if self._stopping:
                 raise RuntimeError("the engine is shutting down")
             if request_id in self._known_ids:
                 raise ValueError(f"request id {request_id!r} is already in use")
+            limit = self.config.max_num_seqs + self.config.max_waiting_requests
+            if len(self._known_ids) >= limit:
+                raise RuntimeError(f"the server is at capacity ({len(self._known_ids)} requests in "
+                                   f"flight, max_waiting_requests={self.config.max_waiting_requests}); "
+                                   "retry later")
             self._known_ids.add(request_id)
-            self._intake.append(_Add(request, on_output))
+            self._intake.append(_Add(request, on_output, time.monotonic()))
             self._cv.notify()
 
     def abort(self, request_id: str) -> None:
@@ -106,6 +131,21 @@ class LLMEngine:
         with self._cv:
             self._intake.append(_Abort(request_id))
             self._cv.notify()
+
+    @property
+    def has_unfinished(self) -> bool:
+        """Requests added (or aborts queued) and not yet finished."""
+        with self._cv:
+            return bool(self._intake) or self.scheduler.has_work
+
+    def set_failure_listener(self, listener: Callable[[BaseException], None]) -> None:
+        """Called once on the engine thread if the loop dies, after every pending request got
+        its error output."""
+        self._failure_listener = listener
+
+    def set_stats_listener(self, listener: StatsListener) -> None:
+        """Receive an EngineStats after every step (on the engine thread); set before start."""
+        self._stats_listener = listener
 
     def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         if not prompt_token_ids:
@@ -137,21 +177,53 @@ class LLMEngine:
             self._finish(request_id, RequestStatus.FINISHED_ABORTED)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # the loop itself broke: fail everything, refuse new work
+            logger.exception("the engine thread failed")
+            with self._cv:
+                self._failure = exc
+                self._stopping = True
+            self._drain_intake()
+            for request_id in list(self._live):
+                self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"engine failed: {exc!r}")
+            self._report(None)
+            if self._failure_listener is not None:
+                self._failure_listener(exc)
+
+    def _loop(self) -> None:
+        idle = False
         while True:
             with self._cv:
                 while not self._stopping and not self._intake and not self.scheduler.has_work:
                     self._cv.wait()
+                if idle and not self._intake and not self._stopping:
+                    self._cv.wait(IDLE_WAIT_S)  # every request is parked: poll, do not spin
                 if self._stopping:
                     return
-            self.step()
+            idle = self.step() == "empty"
 
     # ---- the step -----------------------------------------------------------------------------
-    def step(self) -> None:
-        """Take in new requests and aborts, then run one scheduled step."""
-        self._drain_intake()
+    def step(self) -> StepMode | None:
+        """Take in new requests and aborts, then run one scheduled step and report stats.
+        Return the step's mode, or None when there was nothing to schedule."""
+        had_work = self._drain_intake()
+        if not self.scheduler.has_work:
+            self._report(None)
+            return None
         step = self.scheduler.schedule()
+        if step.plan.mode != "empty" or had_work:
+            self._run_step(step)
+            self._report(step.plan.mode)
+        return step.plan.mode
+
+    def _run_step(self, step: ScheduledStep) -> None:
         if step.plan.mode == "empty":
             return
+        now = time.monotonic()
+        for request_id in step.request_ids:
+            live = self._live[request_id]
+            live.admitted = live.admitted or now
         for request_id in step.preempted:
             logger.info("preempted %s by recompute (KV blocks exhausted; %d preemptions so far)",
                         request_id, self.scheduler.stats.preemptions)
@@ -176,12 +248,18 @@ class LLMEngine:
     def _process_token(self, sampled: SampledToken) -> None:
         request, token = sampled.request, sampled.token_id
         params = request.sampling
+        live = self._live[request.request_id]
+        now = time.monotonic()
+        if live.first_token is None:
+            live.first_token = now
+            self._token_counts[0] += len(request.prompt_token_ids)
+        live.last_token = now
+        self._token_counts[1] += 1
         reason: RequestStatus | None = None
         if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
             reason = RequestStatus.FINISHED_STOPPED
         elif len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.max_model_len:
             reason = RequestStatus.FINISHED_LENGTH
-        live = self._live[request.request_id]
         delta = live.detokenizer.add(token, flush=reason is not None)
         if reason is not None:
             self._finish(request.request_id, reason, delta)
@@ -190,7 +268,8 @@ class LLMEngine:
             live.on_output(RequestOutput(request.request_id, new, context, text,
                                          len(request.prompt_token_ids)))
 
-    def _drain_intake(self) -> None:
+    def _drain_intake(self) -> bool:
+        """Apply queued adds and aborts; return whether there were any."""
         with self._cv:
             items = list(self._intake)
             self._intake.clear()
@@ -201,10 +280,11 @@ class LLMEngine:
                 generator = self._default_generator if seed is None else make_generator(seed, self._device)
                 self._live[request.request_id] = _Live(
                     request, IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids),
-                    item.on_output, generator)
+                    item.on_output, generator, item.arrival)
                 self.scheduler.add(request)
             elif item.request_id in self._live:
                 self._finish(item.request_id, RequestStatus.FINISHED_ABORTED)
+        return bool(items)
 
     def _finish(self, request_id: str, status: RequestStatus,
                 delta: tuple[tuple[int, ...], tuple[int, ...], str] | None = None,
@@ -216,5 +296,36 @@ class LLMEngine:
             self._known_ids.discard(request_id)
         context, new, text = delta or ((), (), "")
         reason = next(r for r in FINISH_REASONS if r == status.value)
+        self._finished_stats.append(_finished_stats(live, reason, time.monotonic()))
         live.on_output(RequestOutput(request_id, new, context, text,
                                      len(live.request.prompt_token_ids), reason, error))
+
+    def _report(self, mode: StepMode | None) -> None:
+        if self._stats_listener is None:
+            return
+        sched, last = self.scheduler.stats, self._reported
+        stats = EngineStats(
+            lane=0, step_mode=mode, num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting) + len(self.scheduler.skipped),
+            kv_cache_usage=self.scheduler.pool.usage,
+            prompt_tokens=self._token_counts[0], generation_tokens=self._token_counts[1],
+            preemptions=sched.preemptions - last.preemptions,
+            prefix_cache_queries=sched.prefix_cache_queries - last.prefix_cache_queries,
+            prefix_cache_hits=sched.prefix_cache_hits - last.prefix_cache_hits,
+            finished=tuple(self._finished_stats))
+        self._reported = dataclasses.replace(sched)
+        self._token_counts = [0, 0]
+        self._finished_stats = []
+        self._stats_listener(stats)
+
+
+def _finished_stats(live: _Live, reason: FinishReason, now: float) -> FinishedRequestStats:
+    n = len(live.request.output_token_ids)
+    tpot = None
+    if n > 1 and live.first_token is not None and live.last_token is not None:
+        tpot = (live.last_token - live.first_token) / (n - 1)
+    return FinishedRequestStats(
+        reason=reason, num_prompt_tokens=len(live.request.prompt_token_ids), num_generation_tokens=n,
+        queue_time_s=None if live.admitted is None else live.admitted - live.arrival,
+        ttft_s=None if live.first_token is None else live.first_token - live.arrival,
+        e2e_s=now - live.arrival, time_per_output_token_s=tpot)

@@ -3,8 +3,8 @@
 Threads, each with one job:
 - Triton's thread calls `execute`, which parses, tokenizes and enqueues; it never blocks.
 - The engine thread runs the step loop and puts each output on the response queue.
-- The response thread is the only one that sends responses and polls cancellation, so
-  `pb_utils` is never used from two threads at once.
+- The response thread is the only one that sends responses, updates metrics and polls
+  cancellation, so `pb_utils` is never used from two threads at once.
 `finalize` stops the engine first (every live request gets its final response queued), then
 the response thread.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -25,6 +26,8 @@ import triton_python_backend_utils as pb_utils
 from tt_backend.config import EngineConfig
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.outputs import RequestOutput
+from tt_backend.engine.stats import EngineStats
+from tt_backend.triton.metrics import EngineMetrics
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import parse_generate_request
 from tt_backend.triton.response_builder import ResponseBuilder, Tensors
@@ -58,6 +61,11 @@ class _Reject:
     message: str
 
 
+@dataclass(frozen=True)
+class _EngineFailed:
+    error: BaseException
+
+
 _STOP = object()
 
 
@@ -73,6 +81,9 @@ class TritonPythonModel:
         self._ids = itertools.count()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}  # response thread only
+        self.metrics = EngineMetrics(args["model_name"])
+        self.engine.set_stats_listener(self._queue.put)
+        self.engine.set_failure_listener(lambda exc: self._queue.put(_EngineFailed(exc)))
         self._thread = threading.Thread(target=self._response_loop, name="tt-responses", daemon=True)
         self._thread.start()
         self.engine.start()
@@ -130,6 +141,14 @@ class TritonPythonModel:
             self._send_error(item.sender, item.message)
         elif isinstance(item, _Output):
             self._on_output(item.output)
+        elif isinstance(item, EngineStats):
+            self.metrics.update(item)
+        elif isinstance(item, _EngineFailed):
+            # Every pending request already got its error (queued before this item). Exit the
+            # stub so Triton reports the instance unhealthy and starts a fresh one.
+            self.metrics.engine_failed()
+            logger.critical("the engine failed (%r); exiting the model instance", item.error)
+            os._exit(1)
 
     def _on_output(self, out: RequestOutput) -> None:
         live = self._live[out.request_id]

@@ -1,0 +1,121 @@
+"""Engine failure handling: a failing step fails only its requests; a dying engine thread
+fails everything pending and refuses new work; the waiting queue has a limit."""
+
+import threading
+from typing import Any
+
+import pytest
+
+from tt_backend.config import EngineConfig
+from tt_backend.engine.builder import build_engine
+from tt_backend.engine.engine import LLMEngine
+from tt_backend.engine.outputs import RequestOutput
+from tt_backend.engine.stats import EngineStats
+from tt_backend.runtime.plan import StepPlan
+from tt_backend.sampling.params import SamplingParams
+
+GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def engine() -> LLMEngine:
+    return build_engine(EngineConfig(dtype="float32", max_model_len=256, max_num_seqs=8))
+
+
+def collect(outputs: dict[str, list[RequestOutput]]) -> Any:
+    return lambda out: outputs.setdefault(out.request_id, []).append(out)
+
+
+def run_until_idle(engine: LLMEngine) -> None:
+    for _ in range(1000):
+        if not engine.has_unfinished:
+            return
+        engine.step()
+    raise AssertionError("engine did not finish")
+
+
+def test_failing_step_fails_only_its_requests(engine: LLMEngine, chat_ids: Any) -> None:
+    outputs: dict[str, list[RequestOutput]] = {}
+    engine.add_request("alone", chat_ids("Name a colour."), GREEDY, collect(outputs))
+    run_until_idle(engine)
+    expected = [t for o in outputs["alone"] for t in o.new_token_ids]
+
+    real = engine.executor.execute
+    failed_plans: list[StepPlan] = []
+
+    def flaky(plan: StepPlan) -> Any:
+        if plan.mode == "prefill" and len(plan.rows) == 2 and not failed_plans:
+            failed_plans.append(plan)
+            raise RuntimeError("injected device fault")
+        return real(plan)
+
+    engine.executor.execute = flaky  # type: ignore[method-assign]
+    try:
+        engine.add_request("a", chat_ids("Name a colour."), GREEDY, collect(outputs))
+        engine.step()  # prefill a
+        engine.step()  # decode a
+        engine.add_request("b", chat_ids("Hi"), GREEDY, collect(outputs))
+        engine.add_request("c", chat_ids("Bye"), GREEDY, collect(outputs))
+        engine.step()  # prefill b + c: fails
+        run_until_idle(engine)
+    finally:
+        engine.executor.execute = real  # type: ignore[method-assign]
+    assert len(failed_plans) == 1
+    for rid in ("b", "c"):
+        assert [(o.finish_reason, o.error) for o in outputs[rid]] == [
+            ("error", "step failed: injected device fault")]
+    assert [t for o in outputs["a"] for t in o.new_token_ids] == expected
+    assert outputs["a"][-1].finish_reason == "length"
+    assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
+
+
+def test_dead_engine_fails_pending_and_refuses_new(chat_ids: Any) -> None:
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=128))
+    outputs: dict[str, list[RequestOutput]] = {}
+    failed = threading.Event()
+    engine.set_failure_listener(lambda exc: failed.set())
+
+    def broken() -> Any:
+        raise MemoryError("scheduler state corrupted")
+
+    engine.scheduler.schedule = broken  # type: ignore[method-assign]
+    engine.add_request("x", chat_ids("Hi"), GREEDY, collect(outputs))
+    engine.start()
+    assert failed.wait(timeout=30)
+    assert [(o.finish_reason, o.error) for o in outputs["x"]] == [
+        ("error", "engine failed: MemoryError('scheduler state corrupted')")]
+    with pytest.raises(RuntimeError, match="the engine failed and serves no requests"):
+        engine.add_request("y", chat_ids("Hi"), GREEDY, collect(outputs))
+    engine.shutdown()
+
+
+def test_waiting_queue_limit(chat_ids: Any) -> None:
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=128, max_num_seqs=2,
+                                       max_waiting_requests=3))
+    for i in range(5):
+        engine.add_request(f"r{i}", chat_ids("Hi"), GREEDY, lambda out: None)
+    with pytest.raises(RuntimeError, match=r"at capacity \(5 requests in flight, max_waiting_requests=3\)"):
+        engine.add_request("r5", chat_ids("Hi"), GREEDY, lambda out: None)
+
+
+def test_stats_count_exactly(chat_ids: Any) -> None:
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=256))
+    reports: list[EngineStats] = []
+    engine.set_stats_listener(reports.append)
+    prompt = chat_ids("Count to three.")
+    engine.add_request("s1", prompt, SamplingParams(temperature=0, max_tokens=5, ignore_eos=True),
+                       lambda out: None)
+    run_until_idle(engine)
+    engine.add_request("s2", prompt, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True),
+                       lambda out: None)
+    run_until_idle(engine)
+    assert [r.step_mode for r in reports] == ["prefill"] + ["decode"] * 4 + ["prefill"] + ["decode"] * 2
+    assert sum(r.prompt_tokens for r in reports) == 2 * len(prompt)
+    assert sum(r.generation_tokens for r in reports) == 8
+    assert sum(r.prefix_cache_queries for r in reports) == 2 * len(prompt)
+    # The second request finds every full block of the first one's prompt but the last token's.
+    assert sum(r.prefix_cache_hits for r in reports) == (len(prompt) - 1) // 16 * 16
+    finished = [f for r in reports for f in r.finished]
+    assert [(f.reason, f.num_generation_tokens) for f in finished] == [("length", 5), ("length", 3)]
+    assert all(f.ttft_s is not None and f.e2e_s >= f.ttft_s for f in finished)
+    assert reports[-1].kv_cache_usage == 0 and reports[-1].num_running == 0
