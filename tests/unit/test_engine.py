@@ -75,3 +75,15 @@ def test_validation_names_the_problem(chat_ids: Any) -> None:
     message = r"the prompt \(60 tokens\) plus max_tokens \(5\) exceeds max_model_len \(64\)"
     with pytest.raises(ValueError, match=message):
         engine.validate([1] * 60, SamplingParams(max_tokens=5))
+
+
+def test_min_tokens_keeps_eos_out_until_reached(chat_ids: Any, tokenizer: Any) -> None:
+    config = EngineConfig(dtype="float32", max_model_len=256)
+    prompt = chat_ids("Say OK.")
+    short = run(config, [prompt], SamplingParams(temperature=0, max_tokens=40))[0]
+    natural = [t for o in short for t in o.new_token_ids]
+    assert natural[-1] == tokenizer.eos_token_id and len(natural) < 20
+    longer = run(config, [prompt], SamplingParams(temperature=0, max_tokens=40, min_tokens=20))[0]
+    ids = [t for o in longer for t in o.new_token_ids]
+    assert len(ids) >= 20 and tokenizer.eos_token_id not in ids[:19]
+    assert ids[: len(natural) - 1] == natural[:-1]  # identical until EOS would have come

@@ -22,10 +22,11 @@ def test_vllm_schema() -> None:
 def test_trt_schema_is_greedy_without_top_k_or_top_p() -> None:
     req = parse_generate_request({
         "input_ids": np.array([5, 6, 7], dtype=np.int32), "max_tokens": np.array([9], dtype=np.int32),
+        "min_length": np.array([3], dtype=np.int32),
         "temperature": np.array([0.7], dtype=np.float32), "end_id": np.array([2], dtype=np.int32),
         "pad_id": np.array([2], dtype=np.int32), "stop_words": np.array([b""], dtype=np.object_)})
     assert req.prompt_ids == (5, 6, 7) and req.ids_mode
-    assert req.sampling == SamplingParams(max_tokens=9, temperature=0.0, ignore_eos=True,
+    assert req.sampling == SamplingParams(max_tokens=9, min_tokens=3, temperature=0.0, ignore_eos=True,
                                           stop_token_ids=(2,))
 
 

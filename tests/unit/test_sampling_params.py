@@ -23,6 +23,7 @@ def test_values_may_arrive_as_strings() -> None:
     ({"ignore_eos": "yes"}, "ignore_eos must be a boolean, got 'yes'"),
     ({"stop_token_ids": 5}, "stop_token_ids must be a list of integers, got 5"),
     ({"logprobs": 2}, "sampling parameter 'logprobs' is not supported yet"),
+    ({"min_tokens": 5, "max_tokens": 4}, "min_tokens must be in [0, max_tokens=4], got 5"),
     ({"frobnicate": 1}, "unknown sampling parameter 'frobnicate'"),
 ])
 def test_bad_values_name_field_and_value(values: dict, message: str) -> None:

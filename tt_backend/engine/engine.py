@@ -242,8 +242,16 @@ class LLMEngine:
         rows = [self._live[rid] for rid, row in zip(step.request_ids, step.plan.rows, strict=True)
                 if row.sample]
         tokens = sample(logits, [live.request.sampling for live in rows],
-                        [live.generator for live in rows])
+                        [live.generator for live in rows], [self._banned(live.request) for live in rows])
         return self.scheduler.update(step, tokens)
+
+    def _banned(self, request: Request) -> tuple[int, ...]:
+        """Tokens that would end the request before its min_tokens."""
+        params = request.sampling
+        if len(request.output_token_ids) >= params.min_tokens:
+            return ()
+        eos = () if params.ignore_eos else tuple(self.eos_token_ids)
+        return eos + params.stop_token_ids
 
     def _process_token(self, sampled: SampledToken) -> None:
         request, token = sampled.request, sampled.token_id

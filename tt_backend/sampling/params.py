@@ -10,7 +10,7 @@ from typing import Any
 # vLLM SamplingParams fields this backend does not implement yet; a request naming one gets a
 # clear error instead of silently different output.
 UNSUPPORTED_YET = frozenset({
-    "n", "best_of", "min_p", "min_tokens", "stop", "include_stop_str_in_output",
+    "n", "best_of", "min_p", "stop", "include_stop_str_in_output",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
     "allowed_token_ids", "bad_words", "logprobs", "prompt_logprobs", "logits_processors",
     "guided_decoding", "structured_outputs", "truncate_prompt_tokens",
@@ -22,6 +22,8 @@ IGNORED = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "de
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16
+    min_tokens: int = 0
+    """EOS and stop_token_ids cannot be generated before this many tokens."""
     temperature: float = 1.0
     top_k: int = 0
     """0 (or -1) disables top-k."""
@@ -33,6 +35,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError(
+                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
         if self.top_k < -1:

@@ -17,10 +17,15 @@ def make_generator(seed: int, device: torch.device) -> torch.Generator:
     return gen
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams],
-           generators: list[torch.Generator]) -> list[int]:
-    """One token per row of `logits` ([N, vocab], fp32)."""
+@torch.inference_mode()
+def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator],
+           banned: list[tuple[int, ...]] | None = None) -> list[int]:
+    """One token per row of `logits` ([N, vocab], fp32); `banned[i]` are token ids row i may not
+    produce (min_tokens keeps EOS and stop tokens out)."""
     assert logits.shape[0] == len(params) == len(generators)
+    for i, ids in enumerate(banned or []):
+        if ids:
+            logits[i, list(ids)] = float("-inf")
     tokens = logits.argmax(dim=-1)
     random_rows = [i for i, p in enumerate(params) if not p.greedy]
     for i in random_rows:

@@ -3,8 +3,8 @@
 Two schemas arrive here:
 - vllm_backend: `text_input`, `sampling_parameters` (JSON), `stream`, `exclude_input_in_output`,
   `return_*` flags; text comes back as `text_output`.
-- TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `temperature`,
-  `top_k`, `top_p`, `seed`, `end_id`, `pad_id`, `stop_words`, `bad_words`; ids come back as
+- TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `min_length`,
+  `temperature`, `top_k`, `top_p`, `seed`, `end_id`, `pad_id`, `stop_words`, `bad_words`; ids come back as
   `output_ids` with `context_ids` for exact detokenization in `postprocessing`.
   As in TRT-LLM, a request with neither `top_k` nor `top_p` (or both 0) decodes greedily.
 """
@@ -19,7 +19,7 @@ import numpy as np
 
 from tt_backend.sampling.params import SamplingParams
 
-_TRT_SCALARS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "end_id", "pad_id")
+_TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "seed", "end_id", "pad_id")
 _FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
           "return_num_output_tokens")
 KNOWN_INPUTS = frozenset({"text_input", "input_ids", "sampling_parameters", "stop_words",
@@ -93,6 +93,8 @@ def _trt_to_vllm(trt: dict[str, Any]) -> dict[str, Any]:
     top_p = float(trt.get("top_p", 0.0))
     if "max_tokens" in trt:
         out["max_tokens"] = int(trt["max_tokens"])
+    if "min_length" in trt:
+        out["min_tokens"] = int(trt["min_length"])
     if top_k == 0 and top_p == 0.0:
         out["temperature"] = 0.0  # TRT-LLM: no top-k and no top-p means greedy
     else:
