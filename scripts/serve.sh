@@ -42,6 +42,12 @@ eval "$("$VENV/bin/python" "$ROOT/scripts/prepare_run.py" --run-dir "$RUN_DIR" \
 export PATH="$VENV/bin:$PATH"
 export LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUTF8=1 PYTHONIOENCODING=utf-8 PYTHONUNBUFFERED=1
+# torch's GNU OpenMP runs GEMMs from a non-main thread (our engine thread) at single-thread
+# speed; Intel OpenMP does not (20 vs 14 tok/s single-stream here). TT_BACKEND_OPENMP=gnu opts out.
+if [ "${TT_BACKEND_OPENMP:-intel}" = intel ] && [ -f "$VENV/lib/libiomp5.so" ]; then
+    export LD_PRELOAD="$VENV/lib/libiomp5.so${LD_PRELOAD:+:$LD_PRELOAD}"
+    echo "[serve] OpenMP: Intel (libiomp5); TT_BACKEND_OPENMP=gnu for torch's libgomp"
+fi
 
 echo "[serve] model: $MODEL_DIR"
 echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRICS_PORT"
