@@ -208,8 +208,9 @@ class LLMEngine:
         """Take in new requests and aborts, then run one scheduled step and report stats.
         Return the step's mode, or None when there was nothing to schedule."""
         had_work = self._drain_intake()
+        if not self.scheduler.has_work or self._finished_stats:
+            self._report(None)  # aborts applied: report now, not after the next step
         if not self.scheduler.has_work:
-            self._report(None)
             return None
         step = self.scheduler.schedule()
         if step.plan.mode != "empty" or had_work:
