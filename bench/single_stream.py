@@ -9,13 +9,12 @@ prints time to first token and decode tokens/s (tokens after the first / time af
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import statistics
 import time
 
-import numpy as np
 import tritonclient.grpc as grpcclient
+from grpc_inputs import text_stream_inputs
 
 PROMPT = ("Tell me a long story about a lighthouse keeper who finds a message in a bottle, "
           "the storm that followed, the village that gathered on the cliffs, and the ship "
@@ -24,17 +23,8 @@ PROMPT = ("Tell me a long story about a lighthouse keeper who finds a message in
 
 
 def one_run(url: str, max_tokens: int) -> tuple[float, float, int]:
-    params = json.dumps({"temperature": 0, "max_tokens": max_tokens, "ignore_eos": True})
-    inputs = []
-    for name, value, dtype in (
-        ("text_input", np.array([PROMPT.encode()], dtype=np.object_), "BYTES"),
-        ("sampling_parameters", np.array([params.encode()], dtype=np.object_), "BYTES"),
-        ("stream", np.array([True]), "BOOL"),
-        ("return_num_output_tokens", np.array([True]), "BOOL"),
-    ):
-        t = grpcclient.InferInput(name, list(value.shape), dtype)
-        t.set_data_from_numpy(value)
-        inputs.append(t)
+    inputs = text_stream_inputs(PROMPT, {"temperature": 0, "max_tokens": max_tokens, "ignore_eos": True},
+                                return_num_output_tokens=True)
     events: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: events.put((time.perf_counter(), result, error)))
