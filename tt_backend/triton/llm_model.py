@@ -59,6 +59,8 @@ class _Output:
 class _Reject:
     sender: Any
     message: str
+    request_id: str
+    """Dropped from the live requests if it was registered before the engine refused it."""
 
 
 @dataclass(frozen=True)
@@ -109,12 +111,12 @@ class TritonPythonModel:
             if prompt_ids is None:
                 assert parsed.prompt_text is not None
                 prompt_ids = tuple(self.tokenizer(parsed.prompt_text).input_ids)
-            self.engine.validate(list(prompt_ids), parsed.sampling)
+            # Registered before the engine sees it, so no output can overtake the registration.
             self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))
             self.engine.add_request(request_id, list(prompt_ids), parsed.sampling,
                                     lambda out: self._queue.put(_Output(out)))
         except (ValueError, RuntimeError) as exc:
-            self._queue.put(_Reject(sender, str(exc)))
+            self._queue.put(_Reject(sender, str(exc), request_id))
 
     # ---- responses (the response thread) ---------------------------------------------------
     def _response_loop(self) -> None:
@@ -138,6 +140,7 @@ class TritonPythonModel:
         if isinstance(item, _Register):
             self._live[item.request_id] = item.live
         elif isinstance(item, _Reject):
+            self._live.pop(item.request_id, None)
             self._send_error(item.sender, item.message)
         elif isinstance(item, _Output):
             self._on_output(item.output)
