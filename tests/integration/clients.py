@@ -29,7 +29,7 @@ class StreamResult:
         return "".join(r["text_output"].reshape(-1)[0].decode("utf-8") for r in self.responses)
 
 
-def _tensor(name: str, value: np.ndarray) -> grpcclient.InferInput:
+def infer_input(name: str, value: np.ndarray) -> grpcclient.InferInput:
     t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
     t.set_data_from_numpy(value)
     return t
@@ -43,7 +43,7 @@ def grpc_stream(url: str, model: str, inputs: dict[str, np.ndarray], timeout: fl
     result = StreamResult()
     client.start_stream(callback=lambda result, error: events.put((result, error)))
     try:
-        client.async_stream_infer(model, [_tensor(k, v) for k, v in inputs.items()],
+        client.async_stream_infer(model, [infer_input(k, v) for k, v in inputs.items()],
                                   enable_empty_final_response=True)
         while True:
             res, err = events.get(timeout=timeout)

@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from tritonclient.utils import np_to_triton_dtype
 
-from tests.integration.clients import grpc_stream, scrape, series, wait_for_metrics
+from tests.integration.clients import grpc_stream, infer_input, scrape, series, wait_for_metrics
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -29,11 +28,7 @@ def stream_and_maybe_cancel(url: str, tensors: dict[str, np.ndarray], cancel: bo
     events: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: events.put((result, error)))
-    request = []
-    for name, value in tensors.items():
-        t = grpcclient.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
-        t.set_data_from_numpy(value)
-        request.append(t)
+    request = [infer_input(name, value) for name, value in tensors.items()]
     client.async_stream_infer("tt_llm", request, enable_empty_final_response=True)
     ids: list[int] = []
     try:

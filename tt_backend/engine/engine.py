@@ -101,7 +101,8 @@ class LLMEngine:
         self._failure_listener: Callable[[BaseException], None] | None = None
         self._failure: BaseException | None = None
         self._finished_stats: list[FinishedRequestStats] = []
-        self._token_counts = [0, 0]  # prompt, generation tokens since the last report
+        self._prompt_tokens = 0  # since the last report
+        self._generation_tokens = 0
         self._reported = SchedulerStats()
 
     # ---- thread-safe entry points ----------------------------------------------------------
@@ -261,9 +262,9 @@ class LLMEngine:
         now = time.monotonic()
         if live.first_token is None:
             live.first_token = now
-            self._token_counts[0] += len(request.prompt_token_ids)
+            self._prompt_tokens += len(request.prompt_token_ids)
         live.last_token = now
-        self._token_counts[1] += 1
+        self._generation_tokens += 1
         reason: RequestStatus | None = None
         if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
             reason = RequestStatus.FINISHED_STOPPED
@@ -317,13 +318,13 @@ class LLMEngine:
             lane=0, step_mode=mode, num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting) + len(self.scheduler.skipped),
             kv_cache_usage=self.scheduler.pool.usage,
-            prompt_tokens=self._token_counts[0], generation_tokens=self._token_counts[1],
+            prompt_tokens=self._prompt_tokens, generation_tokens=self._generation_tokens,
             preemptions=sched.preemptions - last.preemptions,
             prefix_cache_queries=sched.prefix_cache_queries - last.prefix_cache_queries,
             prefix_cache_hits=sched.prefix_cache_hits - last.prefix_cache_hits,
             finished=tuple(self._finished_stats))
         self._reported = dataclasses.replace(sched)
-        self._token_counts = [0, 0]
+        self._prompt_tokens = self._generation_tokens = 0
         self._finished_stats = []
         self._stats_listener(stats)
 

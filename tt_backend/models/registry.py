@@ -49,8 +49,6 @@ TT_BUILTINS = {
 class ModelEntry:
     arch: str
     class_path: str
-    source: str
-    """"builtin" or the bundle folder."""
     resolve: Callable[[], type]
 
 
@@ -109,9 +107,9 @@ class ModelRegistry:
         self.platform = platform
         self._entries: dict[str, ModelEntry] = {}
 
-    def register(self, arch: str, class_path: str, source: str, search_dir: Path | None = None) -> None:
+    def register(self, arch: str, class_path: str, search_dir: Path | None = None) -> None:
         name = f"TT{arch}" if self.platform == "tt" and not arch.startswith("TT") else arch
-        self._entries[name] = ModelEntry(name, class_path, source,
+        self._entries[name] = ModelEntry(name, class_path,
                                          _lazy(class_path, search_dir, self.platform == "tt"))
 
     def names(self) -> list[str]:
@@ -140,7 +138,7 @@ def build_registry(platform: Platform = "torch", extra_models_dir: str | None = 
     registry = ModelRegistry(platform)
     if builtin:
         for arch, path in (TT_BUILTINS if platform == "tt" else TORCH_BUILTINS).items():
-            registry.register(arch, path, "builtin")
+            registry.register(arch, path)
     if extra_models_dir:
         for folder in sorted(Path(extra_models_dir).iterdir()):
             if folder.is_dir():
@@ -160,7 +158,7 @@ def _register_bundle(registry: ModelRegistry, folder: Path) -> None:
             for attribute in ("from_hf_config", "capabilities"):
                 if not hasattr(cls, attribute):
                     raise ValueError(f"{main_class} has no {attribute}")
-        registry.register(arch, main_class, str(folder), folder)
+        registry.register(arch, main_class, folder)
         logger.info("registered model bundle %s from %s", arch, folder)
     except Exception as exc:  # noqa: BLE001 (any failure skips just this bundle)
         logger.warning("skipping model bundle %s: %s: %s", folder, type(exc).__name__, exc)

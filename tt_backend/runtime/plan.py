@@ -41,9 +41,5 @@ class StepPlan:
         if self.mode == "decode":
             assert all(len(r.token_ids) == 1 and r.sample for r in self.rows)
 
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(r.token_ids) for r in self.rows)
-
 
 EMPTY_STEP = StepPlan(mode="empty", rows=())

@@ -50,10 +50,6 @@ class PrefillWave:
     padded_batch: int
     padded_len: int
 
-    @property
-    def batched(self) -> bool:
-        return self.padded_batch > 1 or len(self.source_rows) > 1
-
 
 def padded_length(n: int) -> int:
     """Sequence bucket: the next power of two, at least MIN_PADDED_LEN."""

@@ -178,7 +178,6 @@ class PhaseScheduler:
             self.waiting.popleft()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
-            request.num_cached_tokens = cached
             self.stats.prefix_cache_queries += request.prefill_target if self.pool.enable_caching else 0
             self.stats.prefix_cache_hits += cached
             rows.append(self._prefill_row(request, n))

@@ -41,8 +41,6 @@ class Request:
     """Content hashes of the full blocks of all known tokens (with prefix caching)."""
     num_registered_blocks: int = 0
     """Leading blocks whose content is registered in the pool's prefix cache."""
-    num_cached_tokens: int = 0
-    """Prompt tokens found in the prefix cache at the last admission."""
     precondition: Callable[[], bool] | None = None
     """Admission waits (in skipped_waiting) until this returns true."""
 

@@ -48,7 +48,7 @@ def parse_generate_request(inputs: dict[str, np.ndarray]) -> GenerateRequest:
     unknown = sorted(set(inputs) - KNOWN_INPUTS)
     if unknown:
         raise ValueError(f"unknown input tensor(s) {unknown}")
-    text = _text(inputs, "text_input")
+    text = single_text(inputs, "text_input")
     ids = _ids(inputs, "input_ids")
     if (text is None) == (ids is None):
         raise ValueError("give exactly one of the inputs text_input or input_ids")
@@ -63,7 +63,7 @@ def parse_generate_request(inputs: dict[str, np.ndarray]) -> GenerateRequest:
 
 def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
     values: dict[str, Any] = {}
-    raw_json = _text(inputs, "sampling_parameters")
+    raw_json = single_text(inputs, "sampling_parameters")
     if raw_json is not None and raw_json.strip():
         try:
             parsed = json.loads(raw_json)
@@ -147,7 +147,8 @@ def _decode(name: str, value: Any) -> str:
     raise ValueError(f"input {name} must be a string (BYTES), got {value!r}")
 
 
-def _text(inputs: dict[str, np.ndarray], name: str) -> str | None:
+def single_text(inputs: dict[str, np.ndarray], name: str) -> str | None:
+    """The one UTF-8 string of input `name` (None if absent); ValueError names what is wrong."""
     value = _one(inputs, name)
     return None if value is None else _decode(name, value)
 

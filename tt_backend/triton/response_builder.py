@@ -15,7 +15,8 @@ from tt_backend.triton.request_inputs import GenerateRequest
 Tensors = dict[str, np.ndarray]
 
 
-def _string(value: str) -> np.ndarray:
+def string_tensor(value: str) -> np.ndarray:
+    """A one-element BYTES tensor holding `value` as UTF-8."""
     return np.array([value.encode("utf-8")], dtype=np.object_)
 
 
@@ -49,9 +50,9 @@ class ResponseBuilder:
         req = self.request
         tensors: Tensors = (
             {"output_ids": _ids(ids), "context_ids": _ids(context)} if req.ids_mode
-            else {"text_output": _string(text)})
+            else {"text_output": string_tensor(text)})
         if req.return_finish_reason:
-            tensors["finish_reason"] = _string(str(out.finish_reason))
+            tensors["finish_reason"] = string_tensor(str(out.finish_reason))
         if req.return_num_input_tokens:
             tensors["num_input_tokens"] = np.array([out.num_prompt_tokens], dtype=np.uint32)
         if req.return_num_output_tokens:

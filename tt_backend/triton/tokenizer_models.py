@@ -20,6 +20,8 @@ from tt_backend.engine.builder import encode_chat, load_tokenizer
 from tt_backend.engine.detokenizer import delta_text
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.triton.model_params import model_parameters, setup_logging
+from tt_backend.triton.request_inputs import single_text
+from tt_backend.triton.response_builder import string_tensor
 
 
 def _load(args: dict[str, str], known: set[str]) -> tuple[Any, dict[str, str]]:
@@ -51,16 +53,13 @@ class PreprocessingModel:
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1)
-            if values.size != 1:
-                responses.append(_error(f"text_input must hold one string, got {values.size}"))
-                continue
-            raw = values[0]
+            values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
             try:
-                text = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-            except UnicodeDecodeError:
-                responses.append(_error("text_input is not valid UTF-8"))
+                text = single_text({"text_input": values}, "text_input")
+            except ValueError as exc:
+                responses.append(_error(str(exc)))
                 continue
+            assert text is not None  # a required input
             ids = np.array(self.encode(text), dtype=np.int32)
             responses.append(pb_utils.InferenceResponse(
                 output_tensors=[pb_utils.Tensor("input_ids", ids)]))
@@ -77,7 +76,6 @@ class PostprocessingModel:
             new = pb_utils.get_input_tensor_by_name(request, "output_ids").as_numpy().reshape(-1)
             context = pb_utils.get_input_tensor_by_name(request, "context_ids").as_numpy().reshape(-1)
             text = delta_text(self.tokenizer, context.tolist(), new.tolist())
-            out = np.array([text.encode("utf-8")], dtype=np.object_)
             responses.append(pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("text_output", out)]))
+                output_tensors=[pb_utils.Tensor("text_output", string_tensor(text))]))
         return responses
