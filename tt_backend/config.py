@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 Dtype = Literal["bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
+TraceModeName = Literal["none", "decode_only", "all"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -56,6 +57,10 @@ class EngineConfig:
     """Requests beyond max_num_seqs wait; past this many waiting, new requests are refused."""
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
+    trace_mode: TraceModeName = "decode_only"
+    """Captured, replayed steps: none (all eager), decode_only, or all (prefill shapes too)."""
+    async_scheduling: bool = False
+    """Overlap host work with the device: schedule decode step N+1 before step N's tokens are read."""
     enable_lora: bool = False
     speculative_config: str = ""
     num_speculative_tokens: int = 0
@@ -67,6 +72,7 @@ class EngineConfig:
                                  f"{_REJECTED_OPTIONS[name]}")
         _check_choice("dtype", self.dtype, typing.get_args(Dtype))
         _check_choice("device", self.device, typing.get_args(DeviceName))
+        _check_choice("trace_mode", self.trace_mode, typing.get_args(TraceModeName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:

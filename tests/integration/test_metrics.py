@@ -60,7 +60,9 @@ def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_id
         series("vllm:time_per_output_token_seconds_count"): 2,
         series("tt:steps_total", mode="prefill"): 2,
         series("tt:steps_total", mode="decode"): 12,
-        series("tt:eager_steps_total"): 14,
+        # trace_mode=decode_only (the default): prefill steps run eagerly, decode steps replay
+        series("tt:eager_steps_total"): 2,
+        series("tt:trace_replays_total"): 12,
         series("tt:request_failures_total"): 0,
         series("vllm:num_preemptions_total"): 0,
     }

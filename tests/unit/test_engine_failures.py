@@ -40,16 +40,16 @@ def test_failing_step_fails_only_its_requests(engine: LLMEngine, chat_ids: Any) 
     run_until_idle(engine)
     expected = [t for o in outputs["alone"] for t in o.new_token_ids]
 
-    real = engine.executor.execute
+    real = engine.runner.execute
     failed_plans: list[StepPlan] = []
 
-    def flaky(plan: StepPlan) -> Any:
+    def flaky(plan: StepPlan, feedback: Any = None) -> Any:
         if plan.mode == "prefill" and len(plan.rows) == 2 and not failed_plans:
             failed_plans.append(plan)
             raise RuntimeError("injected device fault")
-        return real(plan)
+        return real(plan, feedback)
 
-    engine.executor.execute = flaky  # type: ignore[method-assign]
+    engine.runner.execute = flaky  # type: ignore[method-assign]
     try:
         engine.add_request("a", chat_ids("Name a colour."), GREEDY, collect(outputs))
         engine.step()  # prefill a
@@ -59,7 +59,7 @@ def test_failing_step_fails_only_its_requests(engine: LLMEngine, chat_ids: Any) 
         engine.step()  # prefill b + c: fails
         run_until_idle(engine)
     finally:
-        engine.executor.execute = real  # type: ignore[method-assign]
+        engine.runner.execute = real  # type: ignore[method-assign]
     assert len(failed_plans) == 1
     for rid in ("b", "c"):
         assert [(o.finish_reason, o.error) for o in outputs[rid]] == [

@@ -1,7 +1,7 @@
 import pytest
 
 from tt_backend.runtime.plan import PlannedRow, StepPlan
-from tt_backend.runtime.prefill_plan import PrefillPlanConfig, PrefillWave, plan_prefill
+from tt_backend.runtime.prefill_plan import PrefillPlanConfig, PrefillWave, padded_length, plan_prefill
 
 CONFIG = PrefillPlanConfig(batching_supported=True, max_physical_batch=32, regular_chunk_size=2048)
 
@@ -24,15 +24,26 @@ def test_rows_bucket_by_padded_length_in_original_order() -> None:
     (rows(20, 20, 20), PrefillPlanConfig(True, 2, 2048), "padded batch 4 above the maximum 2"),
     (rows(20, 20, start=16), CONFIG, "cached tokens"),
     (rows(300, 300), PrefillPlanConfig(True, 32, 256), "longer than the regular chunk"),
-    (rows(*[4000] * 32), PrefillPlanConfig(True, 32, 8192), "32 x 4096 >= 128 Ki tokens"),
+    (rows(40, 40), PrefillPlanConfig(True, 32, 2048, max_wave_tokens=100), "2 x 64 above max_wave_tokens"),
 ])
 def test_sequential_fallbacks(plan: StepPlan, config: PrefillPlanConfig, reason: str) -> None:
     waves = plan_prefill(plan, config)
-    assert waves == tuple(PrefillWave((i,), 1, len(r.token_ids)) for i, r in enumerate(plan.rows)), reason
+    # Sequential rows are still padded to their length bucket, so their shapes are bounded too.
+    assert waves == tuple(PrefillWave((i,), 1, padded_length(len(r.token_ids)))
+                          for i, r in enumerate(plan.rows)), reason
+
+
+def test_bucket_over_max_wave_tokens_is_cut_into_the_fewest_fitting_waves() -> None:
+    config = PrefillPlanConfig(True, 32, 2048, max_wave_tokens=2048)
+    waves = plan_prefill(rows(*[100] * 20), config)  # 20 x 128 padded: 32 x 128 would not fit
+    assert waves == (PrefillWave(tuple(range(16)), 16, 128), PrefillWave(tuple(range(16, 20)), 4, 128))
+    # 32 rows of 4096 tokens: 16 x 4096 is the largest wave under 128 Ki tokens.
+    big = plan_prefill(rows(*[4000] * 32), PrefillPlanConfig(True, 32, 8192))
+    assert big == (PrefillWave(tuple(range(16)), 16, 4096), PrefillWave(tuple(range(16, 32)), 16, 4096))
 
 
 def test_disable_batched_prefill_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISABLE_BATCHED_PREFILL", "1")
     config = PrefillPlanConfig.resolve(True, 32, 8, 2048)
-    assert config == PrefillPlanConfig(False, 8, 2048)
-    assert plan_prefill(rows(5, 6), config) == (PrefillWave((0,), 1, 5), PrefillWave((1,), 1, 6))
+    assert config == PrefillPlanConfig(False, 8, 2048, max_wave_tokens=2048)
+    assert plan_prefill(rows(5, 6), config) == (PrefillWave((0,), 1, 16), PrefillWave((1,), 1, 16))

@@ -7,14 +7,19 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from tt_backend.config import EngineConfig
-from tt_backend.devices.torch_device import select_device, torch_dtype
+from tt_backend.devices.torch_device import TorchDevice, select_device, torch_dtype
 from tt_backend.engine.engine import LLMEngine
+from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.loader import load_model
-from tt_backend.runtime.executor import EagerExecutor
-from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
+from tt_backend.models.spec import ModelSpec
+from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig, TraceConfig
+from tt_backend.runtime.kv_cache import PagedKVCacheConfig
 from tt_backend.runtime.prefill_plan import PrefillPlanConfig
+from tt_backend.runtime.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
 
@@ -58,16 +63,32 @@ def build_engine(config: EngineConfig) -> LLMEngine:
             logger.info("%s off: %s does not declare support for it", feature, loaded.architecture)
     config = config.resolve_for_model(cfg.max_position_embeddings, per_token,
                                       caps.prefix_caching, caps.chunked_prefill)
-    assert config.num_kv_blocks is not None
-    kv = PagedKVCacheManager(PagedKVCacheConfig(
-        cfg.num_layers, config.num_kv_blocks, config.block_size, cfg.num_kv_heads, cfg.head_dim, dtype),
-        device)
+    if config.async_scheduling and not caps.async_decode:
+        raise ValueError(f"async_scheduling=true, but {loaded.architecture} does not support async decode")
+    assert config.num_kv_blocks is not None and config.max_model_len is not None
+    runner = build_runner(config, loaded.module, loaded.capabilities, cfg, dtype, device)
     tokenizer = load_tokenizer(model_dir)
     logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d KV blocks of %d, "
-                "prefix caching %s", loaded.architecture, type(loaded.module).__qualname__, model_dir,
-                device, config.dtype, config.max_model_len, config.num_kv_blocks, config.block_size,
-                "on" if config.enable_prefix_caching else "off")
-    prefill = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
-                                        config.max_num_seqs, config.max_num_batched_tokens)
-    return LLMEngine(config, EagerExecutor(loaded.module, kv, device, prefill), tokenizer, cfg.vocab_size,
+                "prefix caching %s, trace_mode=%s, async_scheduling=%s", loaded.architecture,
+                type(loaded.module).__qualname__, model_dir, device, config.dtype, config.max_model_len,
+                config.num_kv_blocks, config.block_size, "on" if config.enable_prefix_caching else "off",
+                config.trace_mode, config.async_scheduling)
+    runner.allocate()
+    runner.warmup()
+    return LLMEngine(config, runner, tokenizer, cfg.vocab_size,
                      eos_token_ids(model_dir, tokenizer.eos_token_id))
+
+
+def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapabilities,
+                 spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> ModelRunner:
+    """The lane's runner, its KV cache not yet allocated (capacity may still shrink)."""
+    assert config.num_kv_blocks is not None and config.max_model_len is not None
+    layout = PageTableLayout.resolve(config.block_size, config.max_model_len, config.num_kv_blocks)
+    kv = PagedKVCacheConfig(spec.num_layers, config.num_kv_blocks, config.block_size, spec.num_kv_heads,
+                            spec.head_dim, dtype)
+    plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch, config.max_num_seqs,
+                                     config.max_num_batched_tokens)
+    runner = ModelRunner(module, kv, layout, TorchDevice(device), TraceConfig.resolve(config.trace_mode),
+                         DecodeRuntimeConfig.resolve(layout, config.max_num_seqs),
+                         PrefillRuntimeConfig.resolve(layout, plan, config.max_num_batched_tokens))
+    return runner

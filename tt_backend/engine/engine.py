@@ -4,6 +4,13 @@ Thread-safe entry points are `add_request` and `abort`; they only enqueue. Every
 on the engine thread:
 
     schedule → execute → sample → update → emit
+
+With `async_scheduling`, steady decode runs one step ahead of the host: step N+1 is scheduled and
+launched (its input tokens fed back from step N on the device) before step N's tokens are read,
+so the host's update/detokenize/emit of step N overlaps the device's step N+1. At most two steps
+are in flight. The pipeline drains (finishes what is in flight, then schedules normally) when a
+prefill is due, a request finishes or is aborted, a request would reach its length limit, or a
+block for the next position is not free.
 """
 
 from __future__ import annotations
@@ -22,10 +29,10 @@ from tt_backend.config import EngineConfig
 from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
 from tt_backend.engine.outputs import FINISH_REASONS, FinishReason, RequestOutput
 from tt_backend.engine.stats import EngineStats, FinishedRequestStats
-from tt_backend.runtime.executor import EagerExecutor
 from tt_backend.runtime.plan import StepMode
+from tt_backend.runtime.runner import ModelRunner, Sampler
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.sampling.sampler import make_generator, sample
+from tt_backend.sampling.sampler import make_generator, sample_tensor
 from tt_backend.scheduler.phase_scheduler import (
     PhaseScheduler,
     SampledToken,
@@ -68,14 +75,20 @@ class _Abort:
     request_id: str
 
 
+@dataclass(frozen=True)
+class _InFlight:
+    step: ScheduledStep
+    handle: int
+
+
 class LLMEngine:
-    def __init__(self, config: EngineConfig, executor: EagerExecutor, tokenizer: Tokenizer,
+    def __init__(self, config: EngineConfig, runner: ModelRunner, tokenizer: Tokenizer,
                  vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         assert config.max_model_len is not None and config.num_kv_blocks is not None, \
             "resolve the config for the model first"
         self.config = config
         self.max_model_len: int = config.max_model_len
-        self.executor = executor
+        self.runner = runner
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
@@ -89,7 +102,9 @@ class LLMEngine:
             enable_prefix_caching=bool(config.enable_prefix_caching),
             decode_steps_between_prefills=config.decode_steps_between_prefills,
         ))
-        self._device = executor.device
+        self._device = runner.device.device
+        self._inflight: deque[_InFlight] = deque()
+        self.decode_drains = 0
         self._default_generator = make_generator(config.seed, self._device)
         self._live: dict[str, _Live] = {}
         self._intake: deque[_Add | _Abort] = deque()
@@ -104,6 +119,7 @@ class LLMEngine:
         self._prompt_tokens = 0  # since the last report
         self._generation_tokens = 0
         self._reported = SchedulerStats()
+        self._reported_steps = (0, 0, 0)  # eager steps, traced steps, decode drains
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -174,8 +190,10 @@ class LLMEngine:
             self._thread.join()
             self._thread = None
         self._drain_intake()
+        self._abandon_inflight()
         for request_id in list(self._live):
             self._finish(request_id, RequestStatus.FINISHED_ABORTED)
+        self.runner.close()
 
     def _run(self) -> None:
         try:
@@ -186,6 +204,7 @@ class LLMEngine:
                 self._failure = exc
                 self._stopping = True
             self._drain_intake()
+            self._abandon_inflight()
             for request_id in list(self._live):
                 self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"engine failed: {exc!r}")
             self._report(None)
@@ -213,19 +232,82 @@ class LLMEngine:
             self._report(None)  # aborts applied: report now, not after the next step
         if not self.scheduler.has_work:
             return None
+        if self._inflight:
+            self._advance_pipeline()
+            return "decode"
         step = self.scheduler.schedule()
+        if step.plan.mode == "decode" and self.config.async_scheduling and not step.preempted:
+            self._note_admitted(step)
+            self._launch(step, after=None)
+            return "decode"
         if step.plan.mode != "empty" or had_work:
             self._run_step(step)
             self._report(step.plan.mode)
         return step.plan.mode
 
-    def _run_step(self, step: ScheduledStep) -> None:
-        if step.plan.mode == "empty":
+    # ---- async decode: at most two steps in flight -----------------------------------------------
+    def _launch(self, step: ScheduledStep, after: int | None) -> None:
+        ahead = len(self._inflight)
+        handle = self.runner.launch(step.plan, self._sampler(step, ahead), after)
+        self._inflight.append(_InFlight(step, handle))
+
+    def _advance_pipeline(self) -> None:
+        """Launch the next decode step if the steady path carries it, then complete the oldest."""
+        last = self._inflight[-1]
+        if len(self._inflight) < 2:
+            follow = self.scheduler.schedule_decode_continuation(last.step) if self._can_continue(last.step) \
+                else None
+            if follow is None:
+                self.decode_drains += 1
+            else:
+                self._launch(follow, after=last.handle)
+        oldest = self._inflight.popleft()
+        try:
+            tokens: list[int] = self.runner.complete(oldest.handle).tolist()
+        except Exception as exc:
+            logger.exception("step failed (decode, %d rows)", len(oldest.step.plan.rows))
+            self._abandon_inflight()
+            for request_id in oldest.step.request_ids:
+                if request_id in self._live:
+                    self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
+            self._report("decode")
             return
+        for token in self.scheduler.update(oldest.step, tokens):
+            self._process_token(token)
+        self._report("decode")
+
+    def _can_continue(self, step: ScheduledStep) -> bool:
+        """Whether every request of `step` is live and may take one more token after those in flight."""
+        ahead = len(self._inflight)
+        for request_id in step.request_ids:
+            live = self._live.get(request_id)
+            if live is None:
+                return False
+            request = live.request
+            if (len(request.output_token_ids) + ahead + 1 > request.sampling.max_tokens
+                    or request.num_tokens + ahead + 1 > self.max_model_len):
+                return False
+        return True
+
+    def _abandon_inflight(self) -> None:
+        """Wait for whatever is in flight and drop its results (failure, shutdown)."""
+        for item in self._inflight:
+            try:
+                self.runner.complete(item.handle)
+            except Exception:  # noqa: S110  (its requests are being failed or aborted anyway)
+                pass
+        self._inflight.clear()
+
+    def _note_admitted(self, step: ScheduledStep) -> None:
         now = time.monotonic()
         for request_id in step.request_ids:
             live = self._live[request_id]
             live.admitted = live.admitted or now
+
+    def _run_step(self, step: ScheduledStep) -> None:
+        if step.plan.mode == "empty":
+            return
+        self._note_admitted(step)
         for request_id in step.preempted:
             logger.info("preempted %s by recompute (KV blocks exhausted; %d preemptions so far)",
                         request_id, self.scheduler.stats.preemptions)
@@ -240,17 +322,23 @@ class LLMEngine:
             self._process_token(token)
 
     def _execute(self, step: ScheduledStep) -> list[SampledToken]:
-        logits = self.executor.execute(step.plan)
-        rows = [self._live[rid] for rid, row in zip(step.request_ids, step.plan.rows, strict=True)
-                if row.sample]
-        tokens = sample(logits, [live.request.sampling for live in rows],
-                        [live.generator for live in rows], [self._banned(live.request) for live in rows])
+        tokens: list[int] = self.runner.run_and_sample(step.plan, self._sampler(step, 0)).tolist()
         return self.scheduler.update(step, tokens)
 
-    def _banned(self, request: Request) -> tuple[int, ...]:
+    def _sampler(self, step: ScheduledStep, ahead: int) -> Sampler:
+        """Sampling of the step's sampling rows, as a function of their logits. `ahead`: tokens
+        already in flight for each request (async decode), which count toward min_tokens."""
+        rows = [self._live[rid] for rid, row in zip(step.request_ids, step.plan.rows, strict=True)
+                if row.sample]
+        params = [live.request.sampling for live in rows]
+        generators = [live.generator for live in rows]
+        banned = [self._banned(live.request, ahead) for live in rows]
+        return lambda logits: sample_tensor(logits, params, generators, banned)
+
+    def _banned(self, request: Request, ahead: int = 0) -> tuple[int, ...]:
         """Tokens that would end the request before its min_tokens."""
         params = request.sampling
-        if len(request.output_token_ids) >= params.min_tokens:
+        if len(request.output_token_ids) + ahead >= params.min_tokens:
             return ()
         eos = () if params.ignore_eos else tuple(self.eos_token_ids)
         return eos + params.stop_token_ids
@@ -322,8 +410,12 @@ class LLMEngine:
             preemptions=sched.preemptions - last.preemptions,
             prefix_cache_queries=sched.prefix_cache_queries - last.prefix_cache_queries,
             prefix_cache_hits=sched.prefix_cache_hits - last.prefix_cache_hits,
+            eager_steps=self.runner.eager_steps - self._reported_steps[0],
+            traced_steps=self.runner.traced_steps - self._reported_steps[1],
+            decode_drains=self.decode_drains - self._reported_steps[2],
             finished=tuple(self._finished_stats))
         self._reported = dataclasses.replace(sched)
+        self._reported_steps = (self.runner.eager_steps, self.runner.traced_steps, self.decode_drains)
         self._prompt_tokens = self._generation_tokens = 0
         self._finished_stats = []
         self._stats_listener(stats)

@@ -37,4 +37,9 @@ class EngineStats:
     preemptions: int = 0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    eager_steps: int = 0
+    traced_steps: int = 0
+    """Steps executed by replaying traces (the others ran eagerly)."""
+    decode_drains: int = 0
+    """Times the async decode pipeline stopped running ahead and drained."""
     finished: tuple[FinishedRequestStats, ...] = field(default_factory=tuple)

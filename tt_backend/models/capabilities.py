@@ -23,6 +23,7 @@ class ModelCapabilities:
 
 
 # Our torch Llama family: paged attention over any context makes caching, chunking and batched
-# prefill exact; async decode and device sampling come with the traced runtime and sampler.
+# prefill exact; its step takes input tokens from the previous step's output on the device, so
+# decode can run ahead of the host (async decode).
 TORCH_LLAMA = ModelCapabilities(prefix_caching=True, chunked_prefill=True, batched_prefill=True,
-                                max_prefill_batch=32, single_execute=True)
+                                max_prefill_batch=32, async_decode=True, single_execute=True)

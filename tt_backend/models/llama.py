@@ -1,8 +1,13 @@
 """The Llama family on torch, with paged attention over an explicitly passed KV cache.
 
 One forward serves prefill (T tokens per row) and decode (T = 1). Every row writes its new K/V
-into the cache at `slot_mapping` (−1 = padding, no write), then attends over its whole context
-gathered through its block table, so chunked prefill and prefix reuse need no special path.
+into the cache at `slot_mapping`, then attends over its whole context gathered through its block
+table, so chunked prefill and prefix reuse need no special path.
+
+The forward has static shapes and no host synchronisation, so it can be captured (TorchScript,
+CUDA graphs): padding tokens (slot −1) write into the last slot of the cache, a sink block the
+KV manager never hands out, instead of being filtered out. q/k/v and gate/up are fused into one
+matmul each when the checkpoint is loaded.
 """
 
 from __future__ import annotations
@@ -73,6 +78,11 @@ class ForwardBatch:
     context_lens: torch.Tensor  # [B] long, valid KV positions after this step's writes
     logits_indices: torch.Tensor  # [B] long, index in T whose logits are returned
 
+    @property
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.input_ids, self.positions, self.slot_mapping, self.block_tables, self.context_lens,
+                self.logits_indices)
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -109,21 +119,21 @@ class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.sliding_window = cfg.sliding_window
-        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.q_size, self.kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self._register_load_state_dict_pre_hook(_fuse_checkpoint(("q_proj", "k_proj", "v_proj"), "qkv_proj"))
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                kv: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
+                batch: ForwardBatch, mask: torch.Tensor) -> torch.Tensor:
         # x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        q, k, v = self.qkv_proj(x).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = q.reshape(B, T, self.num_heads, self.head_dim)
+        k = k.reshape(B, T, self.num_kv_heads, self.head_dim)
+        v = v.reshape(B, T, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -132,19 +142,30 @@ class Attention(nn.Module):
         k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
         write_kv(kv, batch.slot_mapping, k, v)
         keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
-        mask = attention_mask(batch, keys.shape[2], self.sliding_window)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 
+def _fuse_checkpoint(parts: tuple[str, ...], fused: str) -> Any:
+    """A load_state_dict pre-hook that concatenates the checkpoint's separate projections
+    (HF names) into our fused one, along the output dimension."""
+
+    def hook(state: dict[str, torch.Tensor], prefix: str, *_: Any) -> None:
+        for kind in ("weight", "bias"):
+            names = [f"{prefix}{part}.{kind}" for part in parts]
+            if all(name in state for name in names):
+                state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(name) for name in names])
+
+    return hook
+
+
 def write_kv(kv: torch.Tensor, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Store K/V of every non-padding token at its flat slot."""
-    slots = slot_mapping.reshape(-1)
-    keep = slots >= 0
+    """Store K/V of every token at its flat slot; padding (slot −1) lands in the sink slot."""
     flat = kv.view(2, -1, kv.shape[-2], kv.shape[-1])  # [2, num_blocks * block_size, KVH, D]
-    idx = slots[keep]
-    flat[0].index_copy_(0, idx, k.reshape(-1, *k.shape[2:])[keep].to(kv.dtype))
-    flat[1].index_copy_(0, idx, v.reshape(-1, *v.shape[2:])[keep].to(kv.dtype))
+    slots = slot_mapping.reshape(-1)
+    idx = torch.where(slots >= 0, slots, flat.shape[1] - 1)
+    flat[0].index_copy_(0, idx, k.reshape(-1, *k.shape[2:]).to(kv.dtype))
+    flat[1].index_copy_(0, idx, v.reshape(-1, *v.shape[2:]).to(kv.dtype))
 
 
 def gather_kv(kv: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -170,12 +191,13 @@ def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | Non
 class MLP(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self._register_load_state_dict_pre_hook(_fuse_checkpoint(("gate_proj", "up_proj"), "gate_up_proj"))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):
@@ -186,9 +208,9 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                kv: torch.Tensor, batch: ForwardBatch) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, kv, batch)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
+                batch: ForwardBatch, mask: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, kv, batch, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -225,12 +247,15 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
         """Run one step; return fp32 logits [B, vocab] at `batch.logits_indices`.
 
-        kv_cache: [layers, 2, num_blocks, block_size, kv_heads, head_dim], written in place.
+        kv_cache: [layers, 2, num_blocks, block_size, kv_heads, head_dim], written in place; its
+        last slot is the padding sink.
         """
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
-        for layer, kv in zip(self.model.layers, kv_cache, strict=True):
-            x = layer(x, rope, kv, batch)
+        num_keys = batch.block_tables.shape[1] * kv_cache.shape[3]
+        mask = attention_mask(batch, num_keys, self.config.sliding_window)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, rope, kv_cache[i], batch, mask)
         last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]
         return self.lm_head(self.model.norm(last)).float()
 

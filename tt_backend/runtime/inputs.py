@@ -1,8 +1,9 @@
 """Host preparation of a step's inputs: planned rows become padded tensors, then a device copy.
 
-Rows are padded to `padded_len` tokens and the batch to `padded_batch` rows. Padding tokens
-get slot −1 (no KV write) and position 0; padding rows get page-table rows of −1 and a context
-of 1 so their (discarded) attention stays finite. Their logits are never read.
+Rows are padded to `padded_len` tokens, the batch to `padded_batch` rows and page tables to
+`table_width` blocks. Padding tokens get slot −1 (the model sends them to its sink slot) and
+position 0; padding rows get page-table rows of −1 and a context of 1 so their (discarded)
+attention stays finite. Their logits are never read.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from tt_backend.runtime.plan import PlannedRow
 
 
 def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batch: int | None = None,
-                        padded_len: int | None = None) -> ForwardBatch:
+                        padded_len: int | None = None, table_width: int | None = None) -> ForwardBatch:
     B = padded_batch or len(rows)
     T = padded_len or max(len(r.token_ids) for r in rows)
+    max_blocks = table_width or max(len(r.block_ids) for r in rows)
     assert B >= len(rows) and T >= max(len(r.token_ids) for r in rows)
-    max_blocks = max(len(r.block_ids) for r in rows)
     input_ids = torch.zeros(B, T, dtype=torch.long)
     positions = torch.zeros(B, T, dtype=torch.long)
     slot_mapping = torch.full((B, T), -1, dtype=torch.long)
@@ -35,7 +36,9 @@ def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batc
         positions[i, :n] = pos
         # slot = physical block of the position's logical block * block_size + offset
         slot_mapping[i, :n] = table[pos // block_size] * block_size + pos % block_size
-        block_tables[i, : len(row.block_ids)] = table
+        used = min(len(row.block_ids), max_blocks)  # blocks past the context are never read
+        assert row.context_len <= used * block_size, "the page table is narrower than the context"
+        block_tables[i, :used] = table[:used]
         context_lens[i] = row.context_len
         logits_indices[i] = n - 1
     return ForwardBatch(input_ids, positions, slot_mapping, block_tables, context_lens, logits_indices)
@@ -44,6 +47,4 @@ def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batc
 def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
     if device.type == "cpu":
         return batch
-    return ForwardBatch(*(t.to(device, non_blocking=True) for t in (
-        batch.input_ids, batch.positions, batch.slot_mapping, batch.block_tables,
-        batch.context_lens, batch.logits_indices)))
+    return ForwardBatch(*(t.to(device, non_blocking=True) for t in batch.tensors))

@@ -22,6 +22,14 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
            banned: list[tuple[int, ...]] | None = None) -> list[int]:
     """One token per row of `logits` ([N, vocab], fp32); `banned[i]` are token ids row i may not
     produce (min_tokens keeps EOS and stop tokens out)."""
+    tokens: list[int] = sample_tensor(logits, params, generators, banned).tolist()
+    return tokens
+
+
+@torch.inference_mode()
+def sample_tensor(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator],
+                  banned: list[tuple[int, ...]] | None = None) -> torch.Tensor:
+    """As `sample`, leaving the token ids where the logits are (no host synchronisation)."""
     assert logits.shape[0] == len(params) == len(generators)
     for i, ids in enumerate(banned or []):
         if ids:
@@ -30,7 +38,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     random_rows = [i for i, p in enumerate(params) if not p.greedy]
     for i in random_rows:
         tokens[i] = _sample_row(logits[i], params[i], generators[i])
-    return tokens.tolist()
+    return tokens
 
 
 def _sample_row(logits: torch.Tensor, p: SamplingParams, gen: torch.Generator) -> torch.Tensor:

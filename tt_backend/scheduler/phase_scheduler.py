@@ -124,12 +124,40 @@ class PhaseScheduler:
             self._decodes_owed = max(0, self._decodes_owed - 1)
         return step
 
+    def schedule_decode_continuation(self, previous: ScheduledStep) -> ScheduledStep | None:
+        """The decode step after `previous`, scheduled before its tokens are known (async decode):
+        the same requests one position further, their input tokens fed back on the device (the
+        rows hold a placeholder). None when the steady path cannot carry it: a prefill is due, a
+        request is no longer running, or a block for the next position is not free."""
+        self._unpark_ready()
+        if previous.plan.mode != "decode" or self._prefill_pending():
+            return None
+        requests = [self.requests.get(rid) for rid in previous.request_ids]
+        if any(r is None or r.status is not RequestStatus.RUNNING for r in requests):
+            return None
+        need = sum(max(0, self._blocks_needed(r, row.context_len + 1))
+                   for r, row in zip(requests, previous.plan.rows, strict=True) if r is not None)
+        if need > self.pool.num_free:
+            return None
+        rows = []
+        for request, row in zip(requests, previous.plan.rows, strict=True):
+            assert request is not None
+            self._grow_blocks(request, row.context_len + 1)
+            rows.append(PlannedRow((0,), row.start_position + 1, tuple(request.block_ids), True))
+        self._decodes_owed = max(0, self._decodes_owed - 1)
+        return ScheduledStep(StepPlan("decode", tuple(rows)), previous.request_ids)
+
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
-        """Record a finished step: advance computed tokens, append sampled tokens (row order)."""
+        """Record a finished step: advance computed tokens, append sampled tokens (row order).
+        Rows of requests that finished meanwhile (async decode ran them a step ahead) are dropped."""
         tokens = iter(sampled)
         out: list[SampledToken] = []
         for row, request_id in zip(step.plan.rows, step.request_ids, strict=True):
-            request = self.requests[request_id]
+            request = self.requests.get(request_id)
+            if request is None or request.status is not RequestStatus.RUNNING:  # (or a reused id)
+                if row.sample:
+                    next(tokens)
+                continue
             request.num_computed_tokens += len(row.token_ids)
             if row.sample:
                 token = next(tokens)

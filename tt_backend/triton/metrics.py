@@ -89,8 +89,11 @@ class EngineMetrics:
                 counter[(lane, "")].increment(value)
         if stats.step_mode is not None:
             self.steps[(lane, stats.step_mode)].increment(1)
-            if stats.step_mode != "empty":
-                self.eager_steps[(lane, "")].increment(1)
+        for counter, value in ((self.eager_steps, stats.eager_steps),
+                               (self.trace_replays, stats.traced_steps),
+                               (self.decode_drains, stats.decode_drains)):
+            if value:
+                counter[(lane, "")].increment(value)
         for done in stats.finished:
             if done.reason == "error":
                 self.failures[(lane, "")].increment(1)

@@ -1,0 +1,161 @@
+"""Frozen runtime policy, resolved once at construction: tracing, page-table geometry, the
+decode and prefill shape sets, and what warmup must cover.
+
+Every shape a step can take is decided here, so programs and traces can be prepared for all of
+them before serving: decode batches are padded to a bucket, prefill rows to a power-of-two length
+and a physical batch, and page tables to a power-of-two width (in blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from tt_backend.runtime.prefill_plan import PHYSICAL_BATCHES, PrefillPlanConfig, padded_length
+
+TraceMode = Literal["none", "decode_only", "all"]
+TRACE_MODES: tuple[TraceMode, ...] = ("none", "decode_only", "all")
+
+
+def _powers_of_two_up_to(limit: int) -> tuple[int, ...]:
+    """1, 2, 4, ... below `limit`, then `limit` itself."""
+    values = [1 << i for i in range(limit.bit_length()) if 1 << i < limit]
+    return (*values, limit)
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    mode: TraceMode
+
+    @classmethod
+    def resolve(cls, mode: str) -> TraceConfig:
+        if mode not in TRACE_MODES:
+            raise ValueError(f"trace_mode must be one of {', '.join(TRACE_MODES)}, got {mode!r}")
+        return cls(mode)
+
+    @property
+    def decode(self) -> bool:
+        return self.mode != "none"
+
+    @property
+    def prefill(self) -> bool:
+        return self.mode == "all"
+
+
+@dataclass(frozen=True)
+class PageTableLayout:
+    """Block geometry shared by prefill and decode; `num_blocks` counts usable blocks (the
+    physical cache holds one more, the padding sink)."""
+
+    block_size: int
+    num_blocks: int
+    max_blocks_per_seq: int
+
+    @classmethod
+    def resolve(cls, block_size: int, max_model_len: int, num_blocks: int) -> PageTableLayout:
+        if block_size < 1 or num_blocks < 1:
+            raise ValueError(f"block_size and num_blocks must be >= 1, got {block_size}, {num_blocks}")
+        return cls(block_size, num_blocks, -(-max_model_len // block_size))
+
+    def with_capacity(self, num_blocks: int) -> PageTableLayout:
+        """The same geometry over fewer physical blocks (capacity decided late); never more."""
+        if not 1 <= num_blocks <= self.num_blocks:
+            raise ValueError(f"KV capacity may only shrink: {num_blocks} blocks requested, "
+                             f"{self.num_blocks} is the construction-time ceiling")
+        return replace(self, num_blocks=num_blocks)
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """Page-table widths (blocks) a step may use: powers of two, then the per-sequence max."""
+        return _powers_of_two_up_to(self.max_blocks_per_seq)
+
+    def width_for(self, num_tokens: int) -> int:
+        """The smallest width whose blocks hold `num_tokens`."""
+        blocks = max(1, -(-num_tokens // self.block_size))
+        return next(w for w in self.widths if w >= blocks) if blocks <= self.max_blocks_per_seq else blocks
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """The padded geometry of one model call: what programs and traces are keyed by."""
+
+    op: Literal["prefill", "decode"]
+    batch: int
+    seq_len: int
+    table_width: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}:b{self.batch}:t{self.seq_len}:w{self.table_width}"
+
+
+@dataclass(frozen=True)
+class DecodeRuntimeConfig:
+    layout: PageTableLayout
+    batch_buckets: tuple[int, ...]
+
+    @classmethod
+    def resolve(cls, layout: PageTableLayout, max_num_seqs: int) -> DecodeRuntimeConfig:
+        return cls(layout, _powers_of_two_up_to(max_num_seqs))
+
+    def batch_for(self, rows: int) -> int:
+        return next(b for b in self.batch_buckets if b >= rows)
+
+    def shape(self, rows: int, max_context: int) -> StepShape:
+        return StepShape("decode", self.batch_for(rows), 1, self.layout.width_for(max_context))
+
+    @property
+    def shapes(self) -> tuple[StepShape, ...]:
+        return tuple(StepShape("decode", b, 1, w) for b in self.batch_buckets for w in self.layout.widths)
+
+
+@dataclass(frozen=True)
+class PrefillRuntimeConfig:
+    layout: PageTableLayout
+    plan: PrefillPlanConfig
+    max_row_tokens: int
+    """The longest row a prefill step may hold (a chunk, or a whole prompt without chunking)."""
+
+    @classmethod
+    def resolve(cls, layout: PageTableLayout, plan: PrefillPlanConfig,
+                max_row_tokens: int) -> PrefillRuntimeConfig:
+        return cls(layout, plan, max_row_tokens)
+
+    def shape(self, batch: int, seq_len: int, max_context: int) -> StepShape:
+        # A row's keys span at least its own padded length, so a shape never depends on how much of
+        # the prompt was cached: (1, T, W) with W * block_size >= T.
+        return StepShape("prefill", batch, seq_len, self.layout.width_for(max(seq_len, max_context)))
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        top = padded_length(self.max_row_tokens)
+        return tuple(n for n in (1 << i for i in range(top.bit_length())) if padded_length(1) <= n <= top)
+
+    @property
+    def shapes(self) -> tuple[StepShape, ...]:
+        """Every shape the planner can produce: padded waves of fresh rows (context = length), and
+        single rows continuing a cached prefix or an earlier chunk (any wider table)."""
+        out: list[StepShape] = []
+        for length in self.lengths:
+            batches = [b for b in PHYSICAL_BATCHES if b <= self.plan.max_physical_batch
+                       and (b == 1 or b * length <= self.plan.max_wave_tokens)]
+            out.extend(self.shape(b, length, length) for b in batches)
+            first = self.layout.width_for(length)
+            out.extend(StepShape("prefill", 1, length, w) for w in self.layout.widths if w > first)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class WarmupConfig:
+    """What warmup compiles and what it captures."""
+
+    compile_shapes: tuple[StepShape, ...]
+    capture_shapes: tuple[StepShape, ...]
+
+    @classmethod
+    def resolve(cls, trace: TraceConfig, decode: DecodeRuntimeConfig,
+                prefill: PrefillRuntimeConfig) -> WarmupConfig:
+        if trace.mode == "none":
+            return cls((), ())  # eager programs compile on first use; no gate is ever closed
+        captured = decode.shapes + (prefill.shapes if trace.prefill else ())
+        return cls(decode.shapes + prefill.shapes, captured)

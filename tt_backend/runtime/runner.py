@@ -1,0 +1,125 @@
+"""ModelRunner: one lane's execution for a torch model, composed from the runtime parts, and the
+root of their cleanup.
+
+    model ─▶ PagedKVCacheManager ─▶ ProgramCompiler ─▶ EagerExecutor
+                                   └▶ TraceCompiler ─▶ TracedExecutor (over that exact eager one)
+             OutputReader, WarmupCoordinator
+
+`trace_mode` picks the executor per operation: decode is traced unless the mode is `none`,
+prefill only with `all`. Steps run synchronously (`execute`) or are launched and read later
+(`launch` / `complete`, the engine's async decode overlap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from tt_backend.devices.torch_device import Launched, TorchDevice
+from tt_backend.runtime.config import (
+    DecodeRuntimeConfig,
+    PageTableLayout,
+    PrefillRuntimeConfig,
+    TraceConfig,
+    WarmupConfig,
+)
+from tt_backend.runtime.executor import EagerExecutor, ModelStep, TracedExecutor
+from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
+from tt_backend.runtime.output_reader import OutputReader
+from tt_backend.runtime.plan import StepPlan
+from tt_backend.runtime.program_compiler import ProgramCompiler
+from tt_backend.runtime.resources import CleanupError, CleanupLog
+from tt_backend.runtime.trace_compiler import TraceCompiler
+from tt_backend.runtime.warmup import LaneExecutors, WarmupCoordinator, WarmupReport
+
+logger = logging.getLogger(__name__)
+
+Sampler = Callable[[torch.Tensor], torch.Tensor]
+"""Logits of a step's sampling rows → their token ids (a device tensor)."""
+
+
+class ModelRunner:
+    def __init__(self, model: nn.Module, kv_config: PagedKVCacheConfig, layout: PageTableLayout,
+                 device: TorchDevice, trace: TraceConfig, decode: DecodeRuntimeConfig,
+                 prefill: PrefillRuntimeConfig) -> None:
+        self.device = device
+        self.trace = trace
+        self.kv = PagedKVCacheManager(kv_config, layout, device.device)
+        self.programs = ProgramCompiler(self.kv)
+        step = ModelStep(model)
+        self.eager = EagerExecutor(step, self.kv, device.device, decode, prefill, self.programs)
+        self.traces = TraceCompiler(self.programs, device, step, self.kv) if trace.decode else None
+        self.traced = TracedExecutor(self.eager, self.traces) if self.traces is not None else None
+        self.reader = OutputReader(device)
+        self.cleanup_log = CleanupLog()
+        self.eager_steps = 0
+        self.traced_steps = 0
+        self._closed = False
+
+    # ---- construction-time decisions ----------------------------------------------------------
+    def configure_capacity(self, num_blocks: int) -> PageTableLayout:
+        """Set the physical KV capacity before allocation; shrinks the geometry, keeps the model."""
+        layout = self.kv.configure(num_blocks)
+        self.eager.decode = dataclasses.replace(self.eager.decode, layout=layout)
+        self.eager.prefill = dataclasses.replace(self.eager.prefill, layout=layout)
+        return layout
+
+    def allocate(self) -> None:
+        self.kv.allocate()
+
+    def warmup(self) -> WarmupReport:
+        config = WarmupConfig.resolve(self.trace, self.eager.decode, self.eager.prefill)
+        return WarmupCoordinator(config, [LaneExecutors(self.eager, self.traced)]).warmup()
+
+    # ---- steps -------------------------------------------------------------------------------
+    def execute(self, plan: StepPlan, feedback: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the step now; fp32 logits of its sampling rows, in row order."""
+        if self._closed:
+            raise RuntimeError("the model runner is closed")
+        traced = self.traced is not None and (plan.mode == "decode" or self.trace.prefill)
+        if traced:
+            assert self.traced is not None
+            self.traced_steps += 1
+            return self.traced.execute(plan, feedback)
+        self.eager_steps += 1
+        return self.eager.execute(plan, feedback)
+
+    def run_and_sample(self, plan: StepPlan, sampler: Sampler) -> torch.Tensor:
+        """Run the step and sample it; the token ids on the host."""
+        return self.reader.read(lambda: sampler(self.execute(plan)))
+
+    def launch(self, plan: StepPlan, sampler: Sampler, after: int | None = None) -> int:
+        """Launch a decode step and its sampling without waiting; return the read's handle.
+        With `after` (the handle of the step launched just before), this step's input tokens are
+        that step's sampled tokens, fed back on the device."""
+        previous: Launched | None = None if after is None else self.reader.launched(after)
+
+        def work() -> torch.Tensor:
+            feedback = None if previous is None else previous.device_value()
+            return sampler(self.execute(plan, feedback))
+
+        return self.reader.submit(work)
+
+    def complete(self, handle: int) -> torch.Tensor:
+        return self.reader.complete(handle)
+
+    # ---- cleanup -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Terminal first, then release in order: pending reads, traces, programs, KV cache, the
+        device queue. Idempotent; a failed release is kept and retried by the next close."""
+        self._closed = True
+        log = self.cleanup_log
+        log.retry_orphans()
+        if not log.events:
+            log.release("output_reads", lambda: logger.debug("retired %d reads", self.reader.drain()))
+            if self.traces is not None:
+                log.release("traces", self.traces.release)
+            log.release("programs", self.programs.release)
+            log.release("kv_cache", self.kv.release)
+            log.release("device", self.device.release)
+        if log.orphans:
+            raise CleanupError(list(log.orphans))
