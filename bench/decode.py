@@ -107,7 +107,8 @@ def engine_throughput(model_dir: Path, dtype: str, device: str, concurrency: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--batches", default="1,8,32")
@@ -130,17 +131,20 @@ def main() -> None:
     print(f"decode step, {args.device} {args.dtype}, context {args.context} tokens, median of {args.steps}")
     print(f"{'batch':>5} {'eager ms':>9} {'traced ms':>10} {'eager/traced':>13} {'max |dlogit|':>13}")
     for batch in (int(b) for b in args.batches.split(",")):
-        eager, eager_logits = step_times(model, "none", batch, args.context, args.steps, args.dtype, args.device)
+        eager, eager_logits = step_times(model, "none", batch, args.context, args.steps, args.dtype,
+                                         args.device)
         traced, traced_logits = step_times(model, "decode_only", batch, args.context, args.steps, args.dtype,
                                            args.device)
         diff = (eager_logits - traced_logits).abs().max().item()
         print(f"{batch:>5} {eager * 1e3:>9.2f} {traced * 1e3:>10.2f} {eager / traced:>13.2f} {diff:>13.3g}",
               flush=True)
-        results[f"batch{batch}"] = {"eager_ms": eager * 1e3, "traced_ms": traced * 1e3, "max_logit_diff": diff}
+        results[f"batch{batch}"] = {"eager_ms": eager * 1e3, "traced_ms": traced * 1e3,
+                                     "max_logit_diff": diff}
     if args.concurrency and model_dir is not None:
         off = engine_throughput(model_dir, args.dtype, args.device, args.concurrency, args.max_tokens, False)
         on = engine_throughput(model_dir, args.dtype, args.device, args.concurrency, args.max_tokens, True)
-        print(f"engine, concurrency {args.concurrency}, {args.max_tokens} tokens each: async off {off:.1f} tok/s, "
+        print(f"engine, concurrency {args.concurrency}, {args.max_tokens} tokens each: "
+              f"async off {off:.1f} tok/s, "
               f"async on {on:.1f} tok/s, on/off {on / off:.2f}")
         results["engine"] = {"concurrency": args.concurrency, "async_off_tok_s": off, "async_on_tok_s": on}
     if args.json:

@@ -27,10 +27,9 @@ PROMPTS = ("Name three colours.", "What is the capital of France?", "Write a hai
 
 def write_random_checkpoint(out: Path, tokenizer_dir: Path) -> None:
     """SmolLM2-135M's shapes with random weights, plus the tokenizer files found in `tokenizer_dir`."""
+    import torch
     from decode import SMOLLM2_135M, random_model  # bench/decode.py
     from safetensors.torch import save_file
-
-    import torch
 
     out.mkdir(parents=True, exist_ok=True)
     model = random_model(torch.device("cpu"), torch.float32)
@@ -71,18 +70,21 @@ def run(model: str, device: str, dtype: str, trace_mode: str, async_scheduling: 
     elapsed = time.perf_counter() - start
     engine.shutdown()
     n = sum(len(v) for v in outputs.values())
-    return outputs, {"build_s": built, "tok_s": n / elapsed, "tokens": n, "traced_steps": engine.runner.traced_steps,
-                     "eager_steps": engine.runner.eager_steps, "drains": engine.decode_drains}
+    return outputs, {"build_s": built, "tok_s": n / elapsed, "tokens": n,
+                     "traced_steps": engine.runner.traced_steps, "eager_steps": engine.runner.eager_steps,
+                     "drains": engine.decode_drains}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="", help="model dir or GGUF (default: the default model)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--random-weights-dir", type=Path,
-                        help="write a random-weight SmolLM2-135M here (tokenizer from --tokenizer-dir) and use it")
+                        help="write a random-weight SmolLM2-135M here (tokenizer from --tokenizer-dir), "
+                        "and use it")
     parser.add_argument("--tokenizer-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()

@@ -53,12 +53,11 @@ def test_outputs_equal_across_trace_modes_and_async(server: Server, servers: dic
         assert greedy_ids(traced, ids) == expected, prompt
         steps += len(expected)  # one prefill, then a decode step per further token
         ran_past_eos += len(expected) < MAX_TOKENS  # async ran one step ahead, past the EOS
-    assert wait_for_metrics(eager.metrics, want := {series("tt:eager_steps_total"): steps,
-                                                    series("tt:trace_replays_total"): 0}, before["eager"]) == want
+    want = {series("tt:eager_steps_total"): steps, series("tt:trace_replays_total"): 0}
+    assert wait_for_metrics(eager.metrics, want, before["eager"]) == want
     # Each request ran ahead of the host and drained once, at its EOS or its last token; a
     # length finish is foreseen, an EOS is not: the step already in flight then ran for nothing.
     assert 0 < ran_past_eos < len(CHAT_PROMPTS)
-    assert wait_for_metrics(traced.metrics, want := {series("tt:eager_steps_total"): 0,
-                                                     series("tt:trace_replays_total"): steps + ran_past_eos,
-                                                     series("tt:async_decode_drains_total"): len(CHAT_PROMPTS)},
-                            before["traced_async"]) == want
+    want = {series("tt:eager_steps_total"): 0, series("tt:trace_replays_total"): steps + ran_past_eos,
+            series("tt:async_decode_drains_total"): len(CHAT_PROMPTS)}
+    assert wait_for_metrics(traced.metrics, want, before["traced_async"]) == want
