@@ -8,6 +8,7 @@ import pytest
 from tests.conftest import CHAT_PROMPTS
 from tt_backend.config import EngineConfig
 from tt_backend.engine.builder import build_engine
+from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.sampling.params import SamplingParams
 
@@ -15,9 +16,17 @@ MAX_TOKENS = 40
 
 
 def run(config: EngineConfig, prompts: list[list[int]], params: SamplingParams,
-        min_preemptions: int = 0) -> list[list[RequestOutput]]:
-    engine = build_engine(config)
-    outputs: list[list[RequestOutput]] = [[] for _ in prompts]
+        min_preemptions: int = 0, queue_before_start: bool = False) -> list[list[RequestOutput]]:
+    """Serve every prompt to the end; check that no KV block is left behind."""
+    requests = [(ids, params) for ids in prompts]
+    return serve(build_engine(config), requests, min_preemptions, queue_before_start)
+
+
+def serve(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], min_preemptions: int = 0,
+          queue_before_start: bool = False) -> list[list[RequestOutput]]:
+    """With `queue_before_start`, every request is queued before the engine thread starts, so
+    runs of different settings batch them the same way."""
+    outputs: list[list[RequestOutput]] = [[] for _ in requests]
     done = threading.Semaphore(0)
 
     def collect(i: int) -> Any:
@@ -27,11 +36,14 @@ def run(config: EngineConfig, prompts: list[list[int]], params: SamplingParams,
                 done.release()
         return on_output
 
-    engine.start()
+    if not queue_before_start:
+        engine.start()
     try:
-        for i, ids in enumerate(prompts):
+        for i, (ids, params) in enumerate(requests):
             engine.add_request(f"r{i}", ids, params, collect(i))
-        for _ in prompts:
+        if queue_before_start:
+            engine.start()
+        for _ in requests:
             assert done.acquire(timeout=120)
     finally:
         engine.shutdown()

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from tests.conftest import CHAT_PROMPTS
+from tests.unit.test_engine import serve
 from tt_backend.config import EngineConfig
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
@@ -19,26 +20,7 @@ def run(async_scheduling: bool, requests: list[tuple[list[int], SamplingParams]]
     """All requests are queued before the engine starts, so both modes batch them identically."""
     engine = build_engine(EngineConfig(dtype="float32", max_model_len=256, max_num_seqs=8,
                                        async_scheduling=async_scheduling))
-    outputs: list[list[RequestOutput]] = [[] for _ in requests]
-    done = threading.Semaphore(0)
-
-    def collect(i: int) -> Any:
-        def on_output(out: RequestOutput) -> None:
-            outputs[i].append(out)
-            if out.finished:
-                done.release()
-        return on_output
-
-    for i, (ids, params) in enumerate(requests):
-        engine.add_request(f"r{i}", ids, params, collect(i))
-    engine.start()
-    try:
-        for _ in requests:
-            assert done.acquire(timeout=120)
-    finally:
-        engine.shutdown()
-    assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
-    return outputs, engine
+    return serve(engine, requests, queue_before_start=True), engine
 
 
 def tokens(outputs: list[list[RequestOutput]]) -> list[tuple[list[int], str | None]]:
