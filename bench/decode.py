@@ -79,13 +79,15 @@ def step_times(model: LoadedModel, trace_mode: TraceModeName, batch: int, contex
 
 
 def engine_throughput(model_dir: Path, dtype: str, device: str, concurrency: int, max_tokens: int,
-                      async_scheduling: bool) -> float:
+                      async_scheduling: bool = False, lanes: int = 1) -> float:
+    """Output tokens/s of the engine serving `concurrency` requests queued before it starts, over
+    `lanes` lanes of concurrency / lanes sequences each."""
     from tt_backend.engine.builder import build_engine, encode_chat
     from tt_backend.sampling.params import SamplingParams
 
     engine = build_engine(EngineConfig(model=str(model_dir), dtype=dtype, device=device,  # type: ignore[arg-type]
-                                       max_model_len=1024, max_num_seqs=concurrency,
-                                       async_scheduling=async_scheduling))
+                                       max_model_len=1024, max_num_seqs=concurrency // lanes,
+                                       data_parallel_size=lanes, async_scheduling=async_scheduling))
     done = threading.Semaphore(0)
     tokens = [0]
 

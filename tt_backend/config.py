@@ -40,6 +40,7 @@ class EngineConfig:
     max_model_len: int | None = None
     """Defaults to the model's maximum positions."""
     max_num_seqs: int = 32
+    """Running requests per lane (the engine runs data_parallel_size x max_num_seqs)."""
     max_num_batched_tokens: int = 2048
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
@@ -48,9 +49,11 @@ class EngineConfig:
     """Decode steps after each prefill step while requests decode (0: prefill until done)."""
     block_size: int = 16
     num_kv_blocks: int | None = None
-    """Physical KV blocks; when unset, derived from `kv_cache_memory_bytes`."""
+    """Physical KV blocks per lane; when unset, derived from `kv_cache_memory_bytes`."""
     kv_cache_memory_bytes: int = 1 << 30
+    """The KV cache's memory, shared by all lanes."""
     data_parallel_size: int = 1
+    """Lanes: independent schedulers and KV caches whose steps run as one batch."""
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     max_waiting_requests: int = 4096
@@ -92,9 +95,6 @@ class EngineConfig:
         if self.speculative_config or self.num_speculative_tokens:
             raise ValueError("speculative decoding (speculative_config / num_speculative_tokens) "
                              "is not supported yet")
-        if self.data_parallel_size != 1:
-            raise ValueError(f"data_parallel_size={self.data_parallel_size} is not supported "
-                             "yet: in-process lanes are not built; use 1")
         if self.enable_chunked_prefill is False and self.max_model_len is not None:
             _check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
 
@@ -136,14 +136,15 @@ class EngineConfig:
             raise ValueError(f"max_model_len={max_len} exceeds the model's maximum positions "
                              f"({model_max_positions})")
         num_blocks = self.num_kv_blocks
-        if num_blocks is None:
-            num_blocks = max(1, self.kv_cache_memory_bytes // (kv_bytes_per_token * self.block_size))
+        if num_blocks is None:  # the memory budget is shared by the lanes
+            total = self.kv_cache_memory_bytes // (kv_bytes_per_token * self.block_size)
+            num_blocks = max(1, total // self.data_parallel_size)
         blocks_per_request = -(-max_len // self.block_size)
         if num_blocks < blocks_per_request:
             raise ValueError(
-                f"the KV cache ({num_blocks} blocks of {self.block_size} tokens) cannot hold one "
-                f"request of max_model_len={max_len} ({blocks_per_request} blocks); raise "
-                "num_kv_blocks or kv_cache_memory_bytes, or lower max_model_len")
+                f"the KV cache ({num_blocks} blocks of {self.block_size} tokens per lane) cannot hold "
+                f"one request of max_model_len={max_len} ({blocks_per_request} blocks); raise "
+                "num_kv_blocks or kv_cache_memory_bytes, or lower max_model_len or data_parallel_size")
         if not chunked:
             _check_unchunked_budget(self.max_num_batched_tokens, max_len)
         return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks,

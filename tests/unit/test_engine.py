@@ -10,6 +10,7 @@ from tt_backend.config import EngineConfig
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
+from tt_backend.engine.stats import EngineStats
 from tt_backend.sampling.params import SamplingParams
 
 MAX_TOKENS = 40
@@ -47,8 +48,8 @@ def serve(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], m
             assert done.acquire(timeout=120)
     finally:
         engine.shutdown()
-    assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
-    assert engine.scheduler.stats.preemptions >= min_preemptions
+    assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
+    assert sum(lane.stats.preemptions for lane in engine.scheduler.lanes) >= min_preemptions
     return outputs
 
 
@@ -99,3 +100,23 @@ def test_min_tokens_keeps_eos_out_until_reached(chat_ids: Any, tokenizer: Any) -
     ids = [t for o in longer for t in o.new_token_ids]
     assert len(ids) >= 20 and tokenizer.eos_token_id not in ids[:19]
     assert ids[: len(natural) - 1] == natural[:-1]  # identical until EOS would have come
+
+
+def test_two_lanes_match_hf_and_report_per_lane(chat_ids: Any, hf_greedy: Any) -> None:
+    config = EngineConfig(dtype="float32", max_model_len=128, max_num_seqs=2, data_parallel_size=2)
+    engine = build_engine(config)
+    reports: list[EngineStats] = []
+    engine.set_stats_listener(reports.append)
+    prompts = [chat_ids(p) for p in CHAT_PROMPTS]
+    params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS)
+    outputs = serve(engine, [(ids, params) for ids in prompts], queue_before_start=True)
+    for ids, outs in zip(prompts, outputs, strict=True):
+        assert [t for o in outs for t in o.new_token_ids] == hf_greedy(tuple(ids), MAX_TOKENS)
+    finished = {lane: sum(len(r.finished) for r in reports if r.lane == lane) for lane in (0, 1)}
+    assert finished == {0: 2, 1: 2}  # least-loaded: requests 0 and 2 in lane 0, 1 and 3 in lane 1
+    for lane in (0, 1):
+        generated = sum(r.generation_tokens for r in reports if r.lane == lane)
+        assert generated == sum(len(hf_greedy(tuple(prompts[i]), MAX_TOKENS)) for i in (lane, lane + 2))
+    # Both lanes took part in the same steps: one prefill step for all four, then shared decodes.
+    assert [r.step_mode for r in reports if r.lane == 0][:2] == ["prefill", "decode"]
+    assert [r.step_mode for r in reports if r.lane == 1][:2] == ["prefill", "decode"]

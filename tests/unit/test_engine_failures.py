@@ -66,7 +66,7 @@ def test_failing_step_fails_only_its_requests(engine: LLMEngine, chat_ids: Any) 
             ("error", "step failed: injected device fault")]
     assert [t for o in outputs["a"] for t in o.new_token_ids] == expected
     assert outputs["a"][-1].finish_reason == "length"
-    assert engine.scheduler.pool.num_free == engine.scheduler.pool.num_blocks
+    assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
 
 
 def test_dead_engine_fails_pending_and_refuses_new(chat_ids: Any) -> None:

@@ -65,14 +65,23 @@ def build_engine(config: EngineConfig) -> LLMEngine:
                                       caps.prefix_caching, caps.chunked_prefill)
     if config.async_scheduling and not caps.async_decode:
         raise ValueError(f"async_scheduling=true, but {loaded.architecture} does not support async decode")
+    lanes = config.data_parallel_size
+    if lanes > 1 and not caps.single_execute:
+        raise ValueError(
+            f"data_parallel_size={lanes}: {loaded.architecture} does not declare single-execute, so its "
+            "lanes cannot share one program; serve it as one lane per model instance instead (Triton "
+            "instance_group count in config.pbtxt, each instance on its own device)")
+    if lanes > 1:
+        logger.info("topology: %d in-process lanes x %d sequences, one forward per step for all lanes "
+                    "(%s declares single-execute)", lanes, config.max_num_seqs, loaded.architecture)
     assert config.num_kv_blocks is not None and config.max_model_len is not None
     runner = build_runner(config, loaded.module, loaded.capabilities, cfg, dtype, device)
     tokenizer = load_tokenizer(model_dir)
-    logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d KV blocks of %d, "
+    logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d lane(s) of %d KV blocks of %d, "
                 "prefix caching %s, trace_mode=%s, async_scheduling=%s", loaded.architecture,
                 type(loaded.module).__qualname__, model_dir, device, config.dtype, config.max_model_len,
-                config.num_kv_blocks, config.block_size, "on" if config.enable_prefix_caching else "off",
-                config.trace_mode, config.async_scheduling)
+                lanes, config.num_kv_blocks, config.block_size,
+                "on" if config.enable_prefix_caching else "off", config.trace_mode, config.async_scheduling)
     runner.allocate()
     runner.warmup()
     return LLMEngine(config, runner, tokenizer, cfg.vocab_size,
@@ -81,14 +90,16 @@ def build_engine(config: EngineConfig) -> LLMEngine:
 
 def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapabilities,
                  spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> ModelRunner:
-    """The lane's runner, its KV cache not yet allocated (capacity may still shrink)."""
+    """The runner of one merged batch over every lane (each lane's blocks are a contiguous region
+    of one physical cache); its KV cache is not allocated yet (capacity may still shrink)."""
     assert config.num_kv_blocks is not None and config.max_model_len is not None
-    layout = PageTableLayout.resolve(config.block_size, config.max_model_len, config.num_kv_blocks)
-    kv = PagedKVCacheConfig(spec.num_layers, config.num_kv_blocks, config.block_size, spec.num_kv_heads,
-                            spec.head_dim, dtype)
-    plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch, config.max_num_seqs,
-                                     config.max_num_batched_tokens)
-    runner = ModelRunner(module, kv, layout, TorchDevice(device), TraceConfig.resolve(config.trace_mode),
-                         DecodeRuntimeConfig.resolve(layout, config.max_num_seqs),
-                         PrefillRuntimeConfig.resolve(layout, plan, config.max_num_batched_tokens))
-    return runner
+    lanes = config.data_parallel_size
+    num_blocks = lanes * config.num_kv_blocks
+    layout = PageTableLayout.resolve(config.block_size, config.max_model_len, num_blocks)
+    kv = PagedKVCacheConfig(spec.num_layers, num_blocks, config.block_size, spec.num_kv_heads, spec.head_dim,
+                            dtype)
+    plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
+                                     lanes * config.max_num_seqs, config.max_num_batched_tokens)
+    return ModelRunner(module, kv, layout, TorchDevice(device), TraceConfig.resolve(config.trace_mode),
+                       DecodeRuntimeConfig.resolve(layout, lanes * config.max_num_seqs),
+                       PrefillRuntimeConfig.resolve(layout, plan, config.max_num_batched_tokens))

@@ -33,13 +33,8 @@ from tt_backend.runtime.plan import StepMode
 from tt_backend.runtime.runner import ModelRunner, Sampler
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.sampler import make_generator, sample_tensor
-from tt_backend.scheduler.phase_scheduler import (
-    PhaseScheduler,
-    SampledToken,
-    ScheduledStep,
-    SchedulerConfig,
-    SchedulerStats,
-)
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator, MergedStep
+from tt_backend.scheduler.phase_scheduler import SampledToken, ScheduledStep, SchedulerConfig, SchedulerStats
 from tt_backend.scheduler.request import Request, RequestStatus
 
 logger = logging.getLogger(__name__)
@@ -92,7 +87,7 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
-        self.scheduler = PhaseScheduler(SchedulerConfig(
+        self.scheduler = LaneCoordinator(SchedulerConfig(
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             max_model_len=config.max_model_len,
@@ -101,7 +96,7 @@ class LLMEngine:
             enable_chunked_prefill=bool(config.enable_chunked_prefill),
             enable_prefix_caching=bool(config.enable_prefix_caching),
             decode_steps_between_prefills=config.decode_steps_between_prefills,
-        ))
+        ), config.data_parallel_size)
         self._device = runner.device.device
         self._inflight: deque[_InFlight] = deque()
         self.decode_drains = 0
@@ -115,10 +110,11 @@ class LLMEngine:
         self._stats_listener: StatsListener | None = None
         self._failure_listener: Callable[[BaseException], None] | None = None
         self._failure: BaseException | None = None
-        self._finished_stats: list[FinishedRequestStats] = []
-        self._prompt_tokens = 0  # since the last report
-        self._generation_tokens = 0
-        self._reported = SchedulerStats()
+        lanes = range(config.data_parallel_size)
+        self._finished_stats: dict[int, list[FinishedRequestStats]] = {lane: [] for lane in lanes}
+        self._prompt_tokens = dict.fromkeys(lanes, 0)  # since the last report
+        self._generation_tokens = dict.fromkeys(lanes, 0)
+        self._reported = {lane: SchedulerStats() for lane in lanes}
         self._reported_steps = (0, 0, 0)  # eager steps, traced steps, decode drains
 
     # ---- thread-safe entry points ----------------------------------------------------------
@@ -134,7 +130,8 @@ class LLMEngine:
                 raise RuntimeError("the engine is shutting down")
             if request_id in self._known_ids:
                 raise ValueError(f"request id {request_id!r} is already in use")
-            limit = self.config.max_num_seqs + self.config.max_waiting_requests
+            seats = self.config.data_parallel_size * self.config.max_num_seqs
+            limit = seats + self.config.max_waiting_requests
             if len(self._known_ids) >= limit:
                 raise RuntimeError(f"the server is at capacity ({len(self._known_ids)} requests in "
                                    f"flight, max_waiting_requests={self.config.max_waiting_requests}); "
@@ -228,7 +225,7 @@ class LLMEngine:
         """Take in new requests and aborts, then run one scheduled step and report stats.
         Return the step's mode, or None when there was nothing to schedule."""
         had_work = self._drain_intake()
-        if not self.scheduler.has_work or self._finished_stats:
+        if not self.scheduler.has_work or any(self._finished_stats.values()):
             self._report(None)  # aborts applied: report now, not after the next step
         if not self.scheduler.has_work:
             return None
@@ -242,7 +239,7 @@ class LLMEngine:
             return "decode"
         if step.plan.mode != "empty" or had_work:
             self._run_step(step)
-            self._report(step.plan.mode)
+            self._report(step)
         return step.plan.mode
 
     # ---- async decode: at most two steps in flight -----------------------------------------------
@@ -270,11 +267,11 @@ class LLMEngine:
             for request_id in oldest.step.request_ids:
                 if request_id in self._live:
                     self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
-            self._report("decode")
+            self._report(oldest.step)
             return
         for token in self.scheduler.update(oldest.step, tokens):
             self._process_token(token)
-        self._report("decode")
+        self._report(oldest.step)
 
     def _can_continue(self, step: ScheduledStep) -> bool:
         """Whether every request of `step` is live and may take one more token after those in flight."""
@@ -309,8 +306,9 @@ class LLMEngine:
             return
         self._note_admitted(step)
         for request_id in step.preempted:
-            logger.info("preempted %s by recompute (KV blocks exhausted; %d preemptions so far)",
-                        request_id, self.scheduler.stats.preemptions)
+            lane = self.scheduler.lane_of[request_id]
+            logger.info("lane %d: preempted %s by recompute (its KV blocks are exhausted; %d preemptions "
+                        "so far)", lane, request_id, self.scheduler.lanes[lane].stats.preemptions)
         try:
             sampled = self._execute(step)
         except Exception as exc:  # fail only this step's requests; the engine goes on
@@ -348,11 +346,12 @@ class LLMEngine:
         params = request.sampling
         live = self._live[request.request_id]
         now = time.monotonic()
+        lane = self.scheduler.lane_of[request.request_id]
         if live.first_token is None:
             live.first_token = now
-            self._prompt_tokens += len(request.prompt_token_ids)
+            self._prompt_tokens[lane] += len(request.prompt_token_ids)
         live.last_token = now
-        self._generation_tokens += 1
+        self._generation_tokens[lane] += 1
         reason: RequestStatus | None = None
         if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
             reason = RequestStatus.FINISHED_STOPPED
@@ -388,37 +387,46 @@ class LLMEngine:
                 delta: tuple[tuple[int, ...], tuple[int, ...], str] | None = None,
                 error: str | None = None) -> None:
         """Free the request everywhere and send its one final output."""
+        lane = self.scheduler.lane_of[request_id]
         self.scheduler.finish(request_id, status)
         live = self._live.pop(request_id)
         with self._cv:
             self._known_ids.discard(request_id)
         context, new, text = delta or ((), (), "")
         reason = next(r for r in FINISH_REASONS if r == status.value)
-        self._finished_stats.append(_finished_stats(live, reason, time.monotonic()))
+        self._finished_stats[lane].append(_finished_stats(live, reason, time.monotonic()))
         live.on_output(RequestOutput(request_id, new, context, text,
                                      len(live.request.prompt_token_ids), reason, error))
 
-    def _report(self, mode: StepMode | None) -> None:
+    def _report(self, step: ScheduledStep | None) -> None:
+        """One EngineStats per lane. A lane's step mode is the step's if it had rows in it, else
+        `empty`; execution counters (eager/traced steps, drains) go to the lanes that had rows."""
         if self._stats_listener is None:
             return
-        sched, last = self.scheduler.stats, self._reported
-        stats = EngineStats(
-            lane=0, step_mode=mode, num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting) + len(self.scheduler.skipped),
-            kv_cache_usage=self.scheduler.pool.usage,
-            prompt_tokens=self._prompt_tokens, generation_tokens=self._generation_tokens,
-            preemptions=sched.preemptions - last.preemptions,
-            prefix_cache_queries=sched.prefix_cache_queries - last.prefix_cache_queries,
-            prefix_cache_hits=sched.prefix_cache_hits - last.prefix_cache_hits,
-            eager_steps=self.runner.eager_steps - self._reported_steps[0],
-            traced_steps=self.runner.traced_steps - self._reported_steps[1],
-            decode_drains=self.decode_drains - self._reported_steps[2],
-            finished=tuple(self._finished_stats))
-        self._reported = dataclasses.replace(sched)
+        took_part = {part.lane for part in step.lanes} if isinstance(step, MergedStep) else set()
+        executed = (self.runner.eager_steps - self._reported_steps[0],
+                    self.runner.traced_steps - self._reported_steps[1],
+                    self.decode_drains - self._reported_steps[2])
         self._reported_steps = (self.runner.eager_steps, self.runner.traced_steps, self.decode_drains)
-        self._prompt_tokens = self._generation_tokens = 0
-        self._finished_stats = []
-        self._stats_listener(stats)
+        for lane, sched in enumerate(self.scheduler.lanes):
+            last = self._reported[lane]
+            mode: StepMode | None = None
+            if step is not None:
+                mode = step.plan.mode if lane in took_part else "empty"
+            counts = executed if lane in took_part else (0, 0, 0)
+            stats = EngineStats(
+                lane=lane, step_mode=mode, num_running=len(sched.running),
+                num_waiting=len(sched.waiting) + len(sched.skipped), kv_cache_usage=sched.pool.usage,
+                prompt_tokens=self._prompt_tokens[lane], generation_tokens=self._generation_tokens[lane],
+                preemptions=sched.stats.preemptions - last.preemptions,
+                prefix_cache_queries=sched.stats.prefix_cache_queries - last.prefix_cache_queries,
+                prefix_cache_hits=sched.stats.prefix_cache_hits - last.prefix_cache_hits,
+                eager_steps=counts[0], traced_steps=counts[1], decode_drains=counts[2],
+                finished=tuple(self._finished_stats[lane]))
+            self._reported[lane] = dataclasses.replace(sched.stats)
+            self._prompt_tokens[lane] = self._generation_tokens[lane] = 0
+            self._finished_stats[lane] = []
+            self._stats_listener(stats)
 
 
 def _finished_stats(live: _Live, reason: FinishReason, now: float) -> FinishedRequestStats:

@@ -13,13 +13,20 @@ Policy (from the serving design):
   the loop never spins without progress.
 - With prefix caching, an admitted request reuses the cached blocks of its longest cached
   prefix of full blocks and computes only the rest (at least its last token).
+- A running request holds a slot (0 ≤ slot < max_num_seqs), released when it finishes or is
+  preempted; decode rows are in slot order.
 Lifecycle: waiting → (skipped_waiting ↔ waiting) → running → (preempted → waiting) → finished.
+
+`schedule()` chooses the step's mode itself; a `LaneCoordinator` instead asks every lane whether
+it `wants_prefill` and then imposes one mode on all of them (`schedule(mode)`).
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass
+from typing import Literal
 
 from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepPlan
 from tt_backend.scheduler.block_pool import BlockPool, hash_block
@@ -73,6 +80,7 @@ class PhaseScheduler:
         self.requests: dict[str, Request] = {}
         self.stats = SchedulerStats()
         self._decodes_owed = 0
+        self._free_slots = list(range(config.max_num_seqs))  # a heap: the lowest slot first
 
     # ---- intake and exit -------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -88,7 +96,7 @@ class PhaseScheduler:
         if request is None:
             return None
         if request.status is RequestStatus.RUNNING:
-            self.running.remove(request)
+            self._leave_running(request)
         elif request.status is RequestStatus.SKIPPED_WAITING:
             self.skipped.remove(request)
         else:
@@ -101,10 +109,25 @@ class PhaseScheduler:
     def has_work(self) -> bool:
         return bool(self.requests)
 
-    # ---- scheduling -----------------------------------------------------------------------
-    def schedule(self) -> ScheduledStep:
+    @property
+    def decode_ready(self) -> bool:
+        return any(not r.is_prefilling for r in self.running)
+
+    def wants_prefill(self) -> bool:
+        """Whether prefill work could be admitted now (ignoring the decode cadence)."""
         self._unpark_ready()
-        decode_ready = any(not r.is_prefilling for r in self.running)
+        return self._prefill_pending()
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def schedule(self, mode: Literal["prefill", "decode"] | None = None) -> ScheduledStep:
+        """The next step. With `mode`, a step of that mode (possibly empty), with no fallback and
+        no cadence bookkeeping: the caller (a LaneCoordinator) owns both."""
+        self._unpark_ready()
+        if mode == "decode":
+            return self._schedule_decode()
+        if mode == "prefill":
+            return self._schedule_prefill()
+        decode_ready = self.decode_ready
         if decode_ready and (self._decodes_owed > 0 or not self._prefill_pending()):
             step = self._schedule_decode()
         else:
@@ -206,6 +229,7 @@ class PhaseScheduler:
             self.waiting.popleft()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
+            request.slot = heapq.heappop(self._free_slots)
             self.stats.prefix_cache_queries += request.prefill_target if self.pool.enable_caching else 0
             self.stats.prefix_cache_hits += cached
             rows.append(self._prefill_row(request, n))
@@ -273,8 +297,9 @@ class PhaseScheduler:
             rows.append(PlannedRow((request.token_id(position),), position, tuple(request.block_ids), True))
             ids.append(request.request_id)
             scheduled.add(request.request_id)
-        plan = StepPlan("decode", tuple(rows)) if rows else EMPTY_STEP
-        return ScheduledStep(plan, tuple(ids), tuple(preempted))
+        order = sorted(range(len(ids)), key=lambda i: self.requests[ids[i]].slot or 0)
+        plan = StepPlan("decode", tuple(rows[i] for i in order)) if rows else EMPTY_STEP
+        return ScheduledStep(plan, tuple(ids[i] for i in order), tuple(preempted))
 
     # ---- blocks ---------------------------------------------------------------------------
     def _blocks_needed(self, request: Request, num_tokens: int) -> int:
@@ -306,9 +331,15 @@ class PhaseScheduler:
                 self.pool.cache(request.block_ids[i], request.block_hashes[i])
             request.num_registered_blocks = full
 
+    def _leave_running(self, request: Request) -> None:
+        self.running.remove(request)
+        assert request.slot is not None
+        heapq.heappush(self._free_slots, request.slot)
+        request.slot = None
+
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: drop the KV, resume later by prefilling every token again."""
-        self.running.remove(request)
+        self._leave_running(request)
         self._release_blocks(request)
         request.num_computed_tokens = 0
         request.prefill_target = 0

@@ -43,6 +43,8 @@ class Request:
     """Leading blocks whose content is registered in the pool's prefix cache."""
     precondition: Callable[[], bool] | None = None
     """Admission waits (in skipped_waiting) until this returns true."""
+    slot: int | None = None
+    """Its row slot in the lane (0 ≤ slot < max_num_seqs) while running."""
 
     @property
     def num_tokens(self) -> int:

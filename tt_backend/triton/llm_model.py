@@ -83,7 +83,7 @@ class TritonPythonModel:
         self._ids = itertools.count()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}  # response thread only
-        self.metrics = EngineMetrics(args["model_name"])
+        self.metrics = EngineMetrics(args["model_name"], config.data_parallel_size)
         self.engine.set_stats_listener(self._queue.put)
         self.engine.set_failure_listener(lambda exc: self._queue.put(_EngineFailed(exc)))
         self._thread = threading.Thread(target=self._response_loop, name="tt-responses", daemon=True)

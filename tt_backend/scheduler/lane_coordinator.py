@@ -1,0 +1,139 @@
+"""LaneCoordinator: in-process data-parallel lanes, one PhaseScheduler each, one step for all.
+
+Each lane has its own waiting/running queues, admission, slots and KV block pool with lane-local
+block ids. A new request goes to the least-loaded lane (fewest requests; the lowest lane on a
+tie) and stays there. Every step has one mode for all lanes:
+- if any lane could admit prefill work, and no decode steps are owed, every lane runs a prefill
+  step (a lane without prefill work contributes an empty slice); after a prefill step, while any
+  lane has requests ready to decode, the next `decode_steps_between_prefills` steps are decode
+  steps (the one-lane cadence, applied to all);
+- a prefill step that admits nothing while a lane has running decode work is retried as decode
+  (so KV pressure in one lane cannot stall the loop);
+- otherwise every lane runs a decode step.
+The lanes' slices are merged into one plan: rows lane by lane, each lane's rows in its own order
+(decode: slot order), block ids offset into the lane's region of one physical cache (lane l's
+block b is physical block l × blocks_per_lane + b). One forward runs the merged batch; its
+sampled tokens are split back by lane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepPlan
+from tt_backend.scheduler.phase_scheduler import PhaseScheduler, SampledToken, ScheduledStep, SchedulerConfig
+from tt_backend.scheduler.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class LaneSlice:
+    lane: int
+    step: ScheduledStep
+    """The lane's own step, with lane-local block ids."""
+
+
+@dataclass(frozen=True)
+class MergedStep(ScheduledStep):
+    lanes: tuple[LaneSlice, ...] = ()
+
+
+class LaneCoordinator:
+    def __init__(self, config: SchedulerConfig, num_lanes: int) -> None:
+        assert num_lanes >= 1
+        self.config = config
+        """Per lane: max_num_seqs and num_blocks are each lane's."""
+        self.lanes = tuple(PhaseScheduler(config) for _ in range(num_lanes))
+        self.lane_of: dict[str, int] = {}
+        self._decodes_owed = 0
+
+    # ---- intake and exit -------------------------------------------------------------------
+    def add(self, request: Request) -> int:
+        """Bind the request to the least-loaded lane; return that lane."""
+        lane = min(range(len(self.lanes)), key=lambda i: (len(self.lanes[i].requests), i))
+        self.lanes[lane].add(request)
+        self.lane_of[request.request_id] = lane
+        return lane
+
+    def finish(self, request_id: str, status: RequestStatus) -> Request | None:
+        lane = self.lane_of.pop(request_id, None)
+        return None if lane is None else self.lanes[lane].finish(request_id, status)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.lane_of)
+
+    @property
+    def requests(self) -> dict[str, Request]:
+        return {rid: self.lanes[lane].requests[rid] for rid, lane in self.lane_of.items()}
+
+    # ---- scheduling -----------------------------------------------------------------------
+    def schedule(self) -> MergedStep:
+        if len(self.lanes) == 1:  # one lane keeps its own policy (the same rules, in one place)
+            return self._merge("own", [self.lanes[0].schedule()])
+        wants_prefill = [lane.wants_prefill() for lane in self.lanes]
+        decode_ready = any(lane.decode_ready for lane in self.lanes)
+        if any(wants_prefill) and not (decode_ready and self._decodes_owed > 0):
+            steps = [lane.schedule("prefill") if want else ScheduledStep(EMPTY_STEP, ())
+                     for lane, want in zip(self.lanes, wants_prefill, strict=True)]
+            preempted = [rid for step in steps for rid in step.preempted]
+            if not any(step.request_ids for step in steps) and decode_ready:
+                steps = [lane.schedule("decode") for lane in self.lanes]  # zero-admit: decode instead
+                steps[0] = replace(steps[0], preempted=(*preempted, *steps[0].preempted))
+            elif not any(step.request_ids for step in steps):
+                # Every running request is a partial prefill holding blocks none can extend: let
+                # each lane resolve its own deadlock (it preempts its newest and retries).
+                steps = [lane.schedule() if lane.running else ScheduledStep(EMPTY_STEP, ())
+                         for lane in self.lanes]
+        else:
+            steps = [lane.schedule("decode") for lane in self.lanes]
+        merged = self._merge("shared", steps)
+        if merged.plan.mode == "prefill":
+            self._decodes_owed = self.config.decode_steps_between_prefills
+        elif merged.plan.mode == "decode":
+            self._decodes_owed = max(0, self._decodes_owed - 1)
+        return merged
+
+    def schedule_decode_continuation(self, previous: ScheduledStep) -> MergedStep | None:
+        """The next decode step of every lane that took part in `previous` (async decode), or
+        None if any of them cannot continue."""
+        assert isinstance(previous, MergedStep)
+        steps: list[ScheduledStep] = []
+        for part in previous.lanes:
+            follow = self.lanes[part.lane].schedule_decode_continuation(part.step)
+            if follow is None:
+                return None
+            steps.append(follow)
+        self._decodes_owed = max(0, self._decodes_owed - 1)
+        return self._merge("shared", steps, [part.lane for part in previous.lanes])
+
+    def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
+        """Split the merged step's sampled tokens by lane and record each lane's part."""
+        assert isinstance(step, MergedStep)
+        out: list[SampledToken] = []
+        first = 0
+        for part in step.lanes:
+            n = sum(1 for row in part.step.plan.rows if row.sample)
+            out.extend(self.lanes[part.lane].update(part.step, sampled[first:first + n]))
+            first += n
+        assert first == len(sampled), "more sampled tokens than sampling rows"
+        return out
+
+    # ---- merge ------------------------------------------------------------------------------
+    def _merge(self, policy: str, steps: list[ScheduledStep], lanes: list[int] | None = None) -> MergedStep:
+        lanes = list(range(len(steps))) if lanes is None else lanes
+        parts = tuple(LaneSlice(lane, step) for lane, step in zip(lanes, steps, strict=True)
+                      if step.request_ids)
+        preempted = tuple(rid for step in steps for rid in step.preempted)
+        if not parts:
+            return MergedStep(EMPTY_STEP, (), preempted)
+        modes = {part.step.plan.mode for part in parts}
+        assert len(modes) == 1, f"lanes disagree on the step's mode ({policy}): {modes}"
+        rows = tuple(self._physical(part.lane, row) for part in parts for row in part.step.plan.rows)
+        ids = tuple(rid for part in parts for rid in part.step.request_ids)
+        return MergedStep(StepPlan(modes.pop(), rows), ids, preempted, parts)
+
+    def _physical(self, lane: int, row: PlannedRow) -> PlannedRow:
+        if lane == 0:
+            return row
+        base = lane * self.config.num_blocks
+        return replace(row, block_ids=tuple(base + b for b in row.block_ids))
