@@ -110,3 +110,25 @@ def test_abort_in_every_state_frees_blocks() -> None:
         assert s.finish(rid, RequestStatus.FINISHED_ABORTED) is not None
     assert s.pool.num_free == 8 and not s.has_work
     assert s.finish("w", RequestStatus.FINISHED_ABORTED) is None
+
+
+def test_slots_are_taken_lowest_first_released_on_finish_and_preemption() -> None:
+    s = make(num_blocks=16, max_seqs=3)
+    for rid in "abc":
+        s.add(req(rid, 3))
+    step = s.schedule()
+    s.update(step, [1, 2, 3])
+    assert [s.requests[r].slot for r in "abc"] == [0, 1, 2]
+    s.finish("a", RequestStatus.FINISHED_ABORTED)
+    s.add(req("d", 3))
+    step = s.schedule()  # the decode step owed after the prefill
+    s.update(step, [4, 5])
+    step = s.schedule()  # d is admitted into a's slot
+    assert step.plan.mode == "prefill" and s.requests["d"].slot == 0
+    s.update(step, [6])
+    step = s.schedule()
+    assert step.plan.mode == "decode" and step.request_ids == ("d", "b", "c")  # slot order
+    s._preempt(s.requests["b"])
+    assert s.requests["b"].slot is None and s.requests["b"].status is RequestStatus.PREEMPTED
+    resumed = s.schedule(mode="prefill")
+    assert resumed.request_ids == ("b",) and s.requests["b"].slot == 1  # resumed into a free slot
