@@ -1,8 +1,9 @@
 """Engine output throughput at a fixed concurrency over 1, 2 and 4 in-process lanes.
 
-After one untimed warm-up run, each setting serves `--concurrency` greedy requests (one chat prompt, `--max-tokens` tokens with
-ignore_eos, queued before the engine starts) with data_parallel_size = lanes and max_num_seqs =
-concurrency / lanes, so every setting runs the same number of sequences at once.
+After one untimed warm-up run, each setting serves `--concurrency` greedy requests (one chat
+prompt, `--max-tokens` tokens with ignore_eos, queued before the engine starts) with
+data_parallel_size = lanes and max_num_seqs = concurrency / lanes, so every setting runs the
+same number of sequences at once.
 
     LD_PRELOAD=.venv/lib/libiomp5.so .venv/bin/python bench/lanes.py --concurrency 16
 """
