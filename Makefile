@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SERVE_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: setup serve test test-slow lint bench
 
@@ -16,6 +17,10 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(VENV)/bin/pip install -q matplotlib
+	$(PY) bench/compare.py $(BENCH_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check tt_backend tests bench scripts client_examples model_repository

