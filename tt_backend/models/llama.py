@@ -255,7 +255,8 @@ class LlamaForCausalLM(nn.Module):
         num_keys = batch.block_tables.shape[1] * kv_cache.shape[3]
         # Additive, in the activations' dtype, built once: SDPA would convert a boolean mask per layer.
         visible = attention_mask(batch, num_keys, self.config.sliding_window)
-        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device).masked_fill_(~visible, float("-inf"))
+        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device)
+        mask.masked_fill_(~visible, float("-inf"))
         for i, layer in enumerate(self.model.layers):
             x = layer(x, rope, kv_cache[i], batch, mask)
         last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]
