@@ -21,7 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepPlan
-from tt_backend.scheduler.phase_scheduler import PhaseScheduler, SampledToken, ScheduledStep, SchedulerConfig
+from tt_backend.scheduler.phase_scheduler import (
+    DecodeCadence,
+    PhaseScheduler,
+    SampledToken,
+    ScheduledStep,
+    SchedulerConfig,
+)
 from tt_backend.scheduler.request import Request, RequestStatus
 
 
@@ -44,7 +50,7 @@ class LaneCoordinator:
         """Per lane: max_num_seqs and num_blocks are each lane's."""
         self.lanes = tuple(PhaseScheduler(config) for _ in range(num_lanes))
         self.lane_of: dict[str, int] = {}
-        self._decodes_owed = 0
+        self.cadence = DecodeCadence(config.decode_steps_between_prefills)
 
     # ---- intake and exit -------------------------------------------------------------------
     def add(self, request: Request) -> int:
@@ -72,7 +78,7 @@ class LaneCoordinator:
             return self._merge("own", [self.lanes[0].schedule()])
         wants_prefill = [lane.wants_prefill() for lane in self.lanes]
         decode_ready = any(lane.decode_ready for lane in self.lanes)
-        if any(wants_prefill) and not (decode_ready and self._decodes_owed > 0):
+        if any(wants_prefill) and not (decode_ready and self.cadence.owed > 0):
             steps = [lane.schedule("prefill") if want else ScheduledStep(EMPTY_STEP, ())
                      for lane, want in zip(self.lanes, wants_prefill, strict=True)]
             preempted = [rid for step in steps for rid in step.preempted]
@@ -87,10 +93,7 @@ class LaneCoordinator:
         else:
             steps = [lane.schedule("decode") for lane in self.lanes]
         merged = self._merge("shared", steps)
-        if merged.plan.mode == "prefill":
-            self._decodes_owed = self.config.decode_steps_between_prefills
-        elif merged.plan.mode == "decode":
-            self._decodes_owed = max(0, self._decodes_owed - 1)
+        self.cadence.record(merged.plan.mode)
         return merged
 
     def schedule_decode_continuation(self, previous: ScheduledStep) -> MergedStep | None:
@@ -103,7 +106,7 @@ class LaneCoordinator:
             if follow is None:
                 return None
             steps.append(follow)
-        self._decodes_owed = max(0, self._decodes_owed - 1)
+        self.cadence.record("decode")
         return self._merge("shared", steps, [part.lane for part in previous.lanes])
 
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:

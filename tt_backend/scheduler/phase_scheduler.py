@@ -62,6 +62,20 @@ class SampledToken:
 
 
 @dataclass
+class DecodeCadence:
+    """After each prefill step, the next `steps_between_prefills` steps are owed to decode."""
+
+    steps_between_prefills: int
+    owed: int = 0
+
+    def record(self, mode: str) -> None:
+        if mode == "prefill":
+            self.owed = self.steps_between_prefills
+        elif mode == "decode":
+            self.owed = max(0, self.owed - 1)
+
+
+@dataclass
 class SchedulerStats:
     preemptions: int = 0
     prefix_cache_queries: int = 0
@@ -79,7 +93,7 @@ class PhaseScheduler:
         self.running: list[Request] = []  # admission order
         self.requests: dict[str, Request] = {}
         self.stats = SchedulerStats()
-        self._decodes_owed = 0
+        self.cadence = DecodeCadence(config.decode_steps_between_prefills)
         self._free_slots = list(range(config.max_num_seqs))  # a heap: the lowest slot first
 
     # ---- intake and exit -------------------------------------------------------------------
@@ -128,7 +142,7 @@ class PhaseScheduler:
         if mode == "prefill":
             return self._schedule_prefill()
         decode_ready = self.decode_ready
-        if decode_ready and (self._decodes_owed > 0 or not self._prefill_pending()):
+        if decode_ready and (self.cadence.owed > 0 or not self._prefill_pending()):
             step = self._schedule_decode()
         else:
             step = self._schedule_prefill()
@@ -141,10 +155,7 @@ class PhaseScheduler:
                 self._preempt(victim)
                 retry = self.schedule()
                 return ScheduledStep(retry.plan, retry.request_ids, (victim.request_id, *retry.preempted))
-        if step.plan.mode == "prefill":
-            self._decodes_owed = self.config.decode_steps_between_prefills
-        elif step.plan.mode == "decode":
-            self._decodes_owed = max(0, self._decodes_owed - 1)
+        self.cadence.record(step.plan.mode)
         return step
 
     def schedule_decode_continuation(self, previous: ScheduledStep) -> ScheduledStep | None:
@@ -167,7 +178,7 @@ class PhaseScheduler:
             assert request is not None
             self._grow_blocks(request, row.context_len + 1)
             rows.append(PlannedRow((0,), row.start_position + 1, tuple(request.block_ids), True))
-        self._decodes_owed = max(0, self._decodes_owed - 1)
+        self.cadence.record("decode")
         return ScheduledStep(StepPlan("decode", tuple(rows)), previous.request_ids)
 
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
