@@ -15,11 +15,11 @@ from tt_backend.engine.outputs import RequestOutput
 from tt_backend.sampling.params import SamplingParams
 
 
-def run(async_scheduling: bool, requests: list[tuple[list[int], SamplingParams]]
+def run(async_scheduling: bool, requests: list[tuple[list[int], SamplingParams]], lanes: int = 1
         ) -> tuple[list[list[RequestOutput]], LLMEngine]:
     """All requests are queued before the engine starts, so both modes batch them identically."""
-    engine = build_engine(EngineConfig(dtype="float32", max_model_len=256, max_num_seqs=8,
-                                       async_scheduling=async_scheduling))
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=256, max_num_seqs=8 // lanes,
+                                       data_parallel_size=lanes, async_scheduling=async_scheduling))
     return serve(engine, requests, queue_before_start=True), engine
 
 
@@ -37,6 +37,15 @@ def test_batch_finishing_by_length_matches_sync(chat_ids: Any) -> None:
     # Steady decode ran ahead (each step fed the previous one's tokens back); each length finish
     # was seen coming and drained the pipeline first: 4 finishes, one drain each.
     assert engine.runner.traced_steps > 20 and engine.decode_drains == 4
+
+
+def test_two_lanes_run_ahead_together_and_match_sync(chat_ids: Any) -> None:
+    requests = [(chat_ids(p), SamplingParams(max_tokens=8 + 5 * i, ignore_eos=True))
+                for i, p in enumerate(CHAT_PROMPTS * 2)]
+    sync, _ = run(False, requests, lanes=2)
+    overlapped, engine = run(True, requests, lanes=2)
+    assert tokens(overlapped) == tokens(sync)
+    assert engine.decode_drains == len(requests)  # each foreseen length finish drained once
 
 
 def test_eos_finish_and_min_tokens_match_sync(chat_ids: Any, tokenizer: Any) -> None:
