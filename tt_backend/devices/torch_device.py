@@ -57,8 +57,6 @@ class Launched(Protocol):
         """The result where the device holds it, for work launched after this one (which runs
         after it, in device order)."""
 
-    def done(self) -> bool: ...
-
 
 class _ScriptCapture:
     """A TorchScript graph of the step bound to persistent inputs of one geometry.
@@ -110,9 +108,6 @@ class _Ready:
     def device_value(self) -> torch.Tensor:
         return self._value
 
-    def done(self) -> bool:
-        return True
-
 
 class _FromThread:
     def __init__(self, future: Future[torch.Tensor]) -> None:
@@ -123,9 +118,6 @@ class _FromThread:
 
     def device_value(self) -> torch.Tensor:
         return self._future.result()
-
-    def done(self) -> bool:
-        return self._future.done()
 
 
 class _CudaRead:
@@ -138,9 +130,6 @@ class _CudaRead:
 
     def device_value(self) -> torch.Tensor:
         return self._value
-
-    def done(self) -> bool:
-        return bool(self._event.query())
 
 
 class TorchDevice:

@@ -252,8 +252,9 @@ class LLMEngine:
         """Launch the next decode step if the steady path carries it, then complete the oldest."""
         last = self._inflight[-1]
         if len(self._inflight) < 2:
-            follow = self.scheduler.schedule_decode_continuation(last.step) if self._can_continue(last.step) \
-                else None
+            follow = None
+            if self._can_continue(last.step):
+                follow = self.scheduler.schedule_decode_continuation(last.step)
             if follow is None:
                 self.decode_drains += 1
             else:
@@ -262,11 +263,8 @@ class LLMEngine:
         try:
             tokens: list[int] = self.runner.complete(oldest.handle).tolist()
         except Exception as exc:
-            logger.exception("step failed (decode, %d rows)", len(oldest.step.plan.rows))
             self._abandon_inflight()
-            for request_id in oldest.step.request_ids:
-                if request_id in self._live:
-                    self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
+            self._fail_step(oldest.step, exc)
             self._report(oldest.step)
             return
         for token in self.scheduler.update(oldest.step, tokens):
@@ -288,12 +286,15 @@ class LLMEngine:
 
     def _abandon_inflight(self) -> None:
         """Wait for whatever is in flight and drop its results (failure, shutdown)."""
-        for item in self._inflight:
-            try:
-                self.runner.complete(item.handle)
-            except Exception:  # noqa: S110  (its requests are being failed or aborted anyway)
-                pass
+        self.runner.drain()
         self._inflight.clear()
+
+    def _fail_step(self, step: ScheduledStep, exc: Exception) -> None:
+        """A step failed: end its (still live) requests with the error; the engine goes on."""
+        logger.exception("step failed (%s, %d rows)", step.plan.mode, len(step.plan.rows))
+        for request_id in step.request_ids:
+            if request_id in self._live:
+                self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
 
     def _note_admitted(self, step: ScheduledStep) -> None:
         now = time.monotonic()
@@ -312,9 +313,7 @@ class LLMEngine:
         try:
             sampled = self._execute(step)
         except Exception as exc:  # fail only this step's requests; the engine goes on
-            logger.exception("step failed (%s, %d rows)", step.plan.mode, len(step.plan.rows))
-            for request_id in step.request_ids:
-                self._finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
+            self._fail_step(step, exc)
             return
         for token in sampled:
             self._process_token(token)

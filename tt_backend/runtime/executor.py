@@ -22,7 +22,7 @@ from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.plan import StepPlan
 from tt_backend.runtime.prefill_plan import plan_prefill
 from tt_backend.runtime.program_compiler import ProgramCompiler
-from tt_backend.runtime.trace_compiler import TraceCompiler, blank_inputs
+from tt_backend.runtime.trace_compiler import TraceCompiler
 
 
 class ModelStep(nn.Module):
@@ -76,10 +76,10 @@ class EagerExecutor:
         return tuple(calls)
 
     def compile(self, shape: StepShape) -> None:
-        self.programs.compile(shape, lambda: self.run_inputs(blank_inputs(shape, self.device)))
+        self.programs.compile(shape)
 
     def run(self, call: PreparedCall, feedback: torch.Tensor | None = None) -> torch.Tensor:
-        self.programs.compile(call.shape, None)  # registers on first use; refused once the gate closed
+        self.programs.compile(call.shape)  # registers on first use; refused once the gate closed
         inputs = to_device(call.inputs, self.device)
         if feedback is not None:
             inputs = feed_back(inputs, feedback)

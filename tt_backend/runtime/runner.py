@@ -107,6 +107,10 @@ class ModelRunner:
     def complete(self, handle: int) -> torch.Tensor:
         return self.reader.complete(handle)
 
+    def drain(self) -> int:
+        """Wait for every launched step and drop its result; return how many there were."""
+        return self.reader.drain()
+
     # ---- cleanup -----------------------------------------------------------------------------
     def close(self) -> None:
         """Terminal first, then release in order: pending reads, traces, programs, KV cache, the
@@ -115,7 +119,7 @@ class ModelRunner:
         log = self.cleanup_log
         log.retry_orphans()
         if not log.events:
-            log.release("output_reads", lambda: logger.debug("retired %d reads", self.reader.drain()))
+            log.release("output_reads", lambda: logger.debug("retired %d reads", self.drain()))
             if self.traces is not None:
                 log.release("traces", self.traces.release)
             log.release("programs", self.programs.release)
