@@ -31,7 +31,9 @@ from tt_backend.devices.torch_linear import can_pack, pack_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.llama import LlamaForCausalLM
 from tt_backend.models.loader import LoadedModel, load_model
+from tt_backend.runtime.executor import StepSampling
 from tt_backend.runtime.plan import PlannedRow, StepPlan
+from tt_backend.sampling.device_sampler import SamplingTensors
 
 SMOLLM2_135M = {  # config.json of SmolLM2-135M-Instruct, for --random-weights
     "architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
@@ -65,13 +67,13 @@ def step_times(model: LoadedModel, trace_mode: TraceModeName, batch: int, contex
                             tuple(range(i * blocks_per_row, (i + 1) * blocks_per_row)), True)
                  for i in range(batch))
     plan = StepPlan("decode", rows)
-    argmax = lambda logits: logits.argmax(-1)  # noqa: E731
+    greedy = StepSampling("greedy", SamplingTensors.build([None] * batch, [], []))  # argmax in the step
     for _ in range(3):
-        runner.run_and_sample(plan, argmax)
+        runner.run_and_sample(plan, greedy)
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        runner.run_and_sample(plan, argmax)
+        runner.run_and_sample(plan, greedy)
         times.append(time.perf_counter() - start)
     logits = runner.execute(plan).cpu()
     runner.close()

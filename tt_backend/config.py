@@ -16,6 +16,7 @@ from typing import Any, Literal
 Dtype = Literal["bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 TraceModeName = Literal["none", "decode_only", "all"]
+SampleOnDeviceName = Literal["all", "decode_only", "none"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -64,6 +65,13 @@ class EngineConfig:
     """Captured, replayed steps: none (all eager), decode_only, or all (prefill shapes too)."""
     async_scheduling: bool = False
     """Overlap host work with the device: schedule decode step N+1 before step N's tokens are read."""
+    sample_on_device_mode: SampleOnDeviceName = "all"
+    """Operations whose step chooses tokens itself when the batch allows (all, decode_only, none);
+    a batch that needs logits on the host (logprobs, penalties, masks...) takes the host path."""
+    always_compat_sampling: bool = False
+    """Force the host path for every batch (debugging, A/B checks)."""
+    logits_processor_modules: str = ""
+    """Comma-separated Python modules imported at start; they register custom logits processors."""
     enable_lora: bool = False
     speculative_config: str = ""
     num_speculative_tokens: int = 0
@@ -76,6 +84,8 @@ class EngineConfig:
         _check_choice("dtype", self.dtype, typing.get_args(Dtype))
         _check_choice("device", self.device, typing.get_args(DeviceName))
         _check_choice("trace_mode", self.trace_mode, typing.get_args(TraceModeName))
+        _check_choice("sample_on_device_mode", self.sample_on_device_mode,
+                      typing.get_args(SampleOnDeviceName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:

@@ -63,6 +63,8 @@ def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_id
         # trace_mode=decode_only (the default): prefill steps run eagerly, decode steps replay
         series("tt:eager_steps_total"): 2,
         series("tt:trace_replays_total"): 12,
+        # greedy requests sample inside the step: no host fallback
+        series("tt:host_sampling_fallbacks_total"): 0,
         series("tt:request_failures_total"): 0,
         series("vllm:num_preemptions_total"): 0,
     }

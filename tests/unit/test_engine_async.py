@@ -50,7 +50,8 @@ def test_two_lanes_run_ahead_together_and_match_sync(chat_ids: Any) -> None:
 
 def test_eos_finish_and_min_tokens_match_sync(chat_ids: Any, tokenizer: Any) -> None:
     ids = chat_ids("Say OK.")
-    requests = [(ids, SamplingParams(max_tokens=64)), (ids, SamplingParams(max_tokens=12, min_tokens=12))]
+    requests = [(ids, SamplingParams(max_tokens=64, temperature=0)),
+                (ids, SamplingParams(max_tokens=12, min_tokens=12, temperature=0))]
     for request in requests:  # one at a time: the EOS arrives while the next step is in flight
         sync, _ = run(False, [request])
         overlapped, _ = run(True, [request])

@@ -43,11 +43,11 @@ def test_failing_step_fails_only_its_requests(engine: LLMEngine, chat_ids: Any) 
     real = engine.runner.execute
     failed_plans: list[StepPlan] = []
 
-    def flaky(plan: StepPlan, feedback: Any = None) -> Any:
+    def flaky(plan: StepPlan, sampling: Any = None, feedback: Any = None) -> Any:
         if plan.mode == "prefill" and len(plan.rows) == 2 and not failed_plans:
             failed_plans.append(plan)
             raise RuntimeError("injected device fault")
-        return real(plan, feedback)
+        return real(plan, sampling, feedback)
 
     engine.runner.execute = flaky  # type: ignore[method-assign]
     try:

@@ -7,7 +7,7 @@ import torch
 
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig
-from tt_backend.runtime.executor import EagerExecutor, ModelStep
+from tt_backend.runtime.executor import EagerExecutor, model_steps
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.plan import PlannedRow, StepPlan
 from tt_backend.runtime.prefill_plan import PrefillPlanConfig, PrefillWave, plan_prefill
@@ -31,7 +31,7 @@ def test_padded_wave_matches_sequential_and_leaves_other_blocks_untouched(model_
                                                     cfg.head_dim, torch.float32), layout, torch.device("cpu"))
         kv.allocate()
         prefill = PrefillRuntimeConfig.resolve(layout, PrefillPlanConfig(batching, 32, 2048), 2048)
-        executor = EagerExecutor(ModelStep(model.module), kv, torch.device("cpu"),
+        executor = EagerExecutor(model_steps(model.module), kv, torch.device("cpu"),
                                  DecodeRuntimeConfig.resolve(layout, 32), prefill, ProgramCompiler(kv))
         return executor.execute(plan), kv.context.cache[:, :, :16]  # without the padding sink
 

@@ -30,6 +30,29 @@ def test_trt_schema_is_greedy_without_top_k_or_top_p() -> None:
                                           stop_token_ids=(2,))
 
 
+def test_trt_schema_carries_penalties_words_and_logprobs() -> None:
+    f32 = np.float32
+    req = parse_generate_request({
+        "input_ids": np.array([5], dtype=np.int32), "max_tokens": np.array([4], dtype=np.int32),
+        "top_p": np.array([0.9], dtype=f32), "min_p": np.array([0.25], dtype=f32),
+        "repetition_penalty": np.array([1.25], dtype=f32), "presence_penalty": np.array([0.5], dtype=f32),
+        "frequency_penalty": np.array([-0.5], dtype=f32), "return_log_probs": np.array([True]),
+        "stop_words": np.array([b"END", b""], dtype=np.object_),
+        "bad_words": np.array([b"darn"], dtype=np.object_)})
+    assert req.return_log_probs
+    assert req.sampling == SamplingParams(
+        max_tokens=4, temperature=1.0, top_p=0.8999999761581421, min_p=0.25, repetition_penalty=1.25,
+        presence_penalty=0.5, frequency_penalty=-0.5, stop=("END",), bad_words=("darn",), logprobs=0)
+
+
+def test_vllm_logprob_flags_ask_for_the_sampled_tokens_logprobs() -> None:
+    req = parse_generate_request({"text_input": s("a"), "return_cumulative_logprob": np.array([True])})
+    assert req.return_cumulative_logprob and req.sampling.logprobs == 0
+    req = parse_generate_request({"text_input": s("a"), "return_logprobs": np.array([True]),
+                                  "sampling_parameters": s('{"logprobs": 4}')})
+    assert req.return_logprobs and req.sampling.logprobs == 4
+
+
 def test_trt_schema_samples_with_top_k() -> None:
     req = parse_generate_request({
         "input_ids": np.array([5], dtype=np.int32), "max_tokens": np.array([4], dtype=np.int32),
@@ -48,8 +71,9 @@ def test_trt_schema_samples_with_top_k() -> None:
     ({"text_input": s("a"), "stream": np.array([1], dtype=np.int32)}, "input stream must be BOOL"),
     ({"input_ids": np.array([1.5], dtype=np.float32)}, "input_ids must be integer token ids"),
     ({"input_ids": np.array([[1], [2]], dtype=np.int32)}, "input_ids must be a 1-D list"),
-    ({"text_input": s("a"), "bad_words": np.array([b"x"], dtype=np.object_)},
-     "bad_words is not supported yet"),
+    ({"text_input": s("a"), "bad_words": np.array([b"x"], dtype=np.object_),
+      "sampling_parameters": s('{"bad_words": ["y"]}')},
+     "['bad_words'] given both as input tensors and in sampling_parameters"),
     ({"text_input": s("a"), "max_tokens": np.array([3], dtype=np.int32),
       "sampling_parameters": s('{"max_tokens": 4}')},
      "given both as input tensors and in sampling_parameters"),

@@ -1,6 +1,8 @@
+import json
+
 import numpy as np
 
-from tt_backend.engine.outputs import RequestOutput
+from tt_backend.engine.outputs import Logprob, RequestOutput
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.triton.request_inputs import GenerateRequest
 from tt_backend.triton.response_builder import ResponseBuilder
@@ -36,7 +38,10 @@ def test_non_stream_prepends_prompt_unless_excluded() -> None:
 def test_ids_mode_carries_context_and_prompt_ids() -> None:
     stream = ResponseBuilder(GenerateRequest(None, (1, 2, 3), SamplingParams(), stream=True), (1, 2, 3))
     sent = stream.on_output(out((5,), "x"))
-    assert sent is not None and set(sent) == {"output_ids", "context_ids"}
+    assert sent is not None
+    assert set(sent) == {"output_ids", "context_ids", "output_log_probs", "cum_log_probs"}
+    # Not asked for: zeros, as TRT-LLM sends them (the ensemble maps them unconditionally).
+    assert sent["output_log_probs"].tolist() == [0.0] and sent["cum_log_probs"].tolist() == [0.0]
     assert sent["output_ids"].dtype == np.int32 and sent["output_ids"].tolist() == [5]
     assert sent["context_ids"].tolist() == [9]
     whole = ResponseBuilder(GenerateRequest(None, (1, 2, 3), SamplingParams()), (1, 2, 3))
@@ -44,3 +49,22 @@ def test_ids_mode_carries_context_and_prompt_ids() -> None:
     final = whole.on_output(out((6,), "y", "stop"))
     assert final is not None
     assert final["output_ids"].tolist() == [1, 2, 3, 5, 6] and final["context_ids"].tolist() == []
+
+
+def test_logprobs_outputs_in_both_schemas() -> None:
+    positions = ({5: Logprob(-0.5, 2, "a"), 8: Logprob(-0.25, 1, "b")}, {6: Logprob(-1.0, 1, "c")})
+    first = RequestOutput("r", (5,), (9,), "a", 3, None, None, positions[:1], -0.5)
+    last = RequestOutput("r", (6,), (5,), "c", 3, "stop", None, positions[1:], -1.5)
+    text = ResponseBuilder(GenerateRequest("Hi", None, SamplingParams(logprobs=1), stream=True,
+                                           return_logprobs=True, return_cumulative_logprob=True), (1,))
+    sent = text.on_output(first)
+    assert sent is not None and json.loads(sent["logprobs"][0]) == [
+        {"5": {"logprob": -0.5, "rank": 2, "decoded_token": "a"},
+         "8": {"logprob": -0.25, "rank": 1, "decoded_token": "b"}}]
+    assert sent["cumulative_logprob"].tolist() == [-0.5]
+    ids_request = GenerateRequest(None, (1,), SamplingParams(logprobs=0), return_log_probs=True)
+    ids = ResponseBuilder(ids_request, (1,))
+    assert ids.on_output(first) is None
+    final = ids.on_output(last)
+    assert final is not None and final["output_log_probs"].tolist() == [-0.5, -1.0]
+    assert final["cum_log_probs"].tolist() == [-1.5]

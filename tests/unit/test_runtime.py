@@ -119,7 +119,7 @@ def test_late_kv_capacity_shrinks_geometry_without_rebuilding_the_model(model: L
     config = EngineConfig(dtype="float32", max_model_len=256, num_kv_blocks=64, trace_mode="none")
     config = config.resolve_for_model(8192, 1)
     r = build_runner(config, model.module, model.capabilities, model.spec, torch.float32, torch.device("cpu"))
-    step = r.eager.step
+    steps = r.eager.steps
     layout = r.configure_capacity(16)
     assert (layout.num_blocks, layout.block_size, layout.max_blocks_per_seq) == (16, BLOCK, 16)
     assert r.eager.decode.layout == layout == r.eager.prefill.layout == r.kv.layout
@@ -127,7 +127,7 @@ def test_late_kv_capacity_shrinks_geometry_without_rebuilding_the_model(model: L
         r.configure_capacity(17)
     r.allocate()
     assert r.kv.context.cache.shape[2] == 17  # 16 blocks + the padding sink
-    assert r.eager.step is step and step.model is model.module
+    assert r.eager.steps is steps and all(s.model is model.module for s in steps.values())
     with pytest.raises(RuntimeError, match="capacity is final"):
         r.configure_capacity(8)
     assert r.execute(prefill((0, 20, (0, 1)))).shape == (1, model.spec.vocab_size)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from pathlib import Path
@@ -16,7 +17,13 @@ from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.loader import load_model
 from tt_backend.models.spec import ModelSpec
-from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig, TraceConfig
+from tt_backend.runtime.config import (
+    DecodeRuntimeConfig,
+    PageTableLayout,
+    PrefillRuntimeConfig,
+    SamplingConfig,
+    TraceConfig,
+)
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig
 from tt_backend.runtime.prefill_plan import PrefillPlanConfig
 from tt_backend.runtime.runner import ModelRunner
@@ -49,7 +56,17 @@ def eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> frozenset[int]:
     return frozenset(ids)
 
 
+def import_processor_modules(names: str) -> None:
+    """Import the modules of `logits_processor_modules`; each registers its processors."""
+    for name in filter(None, (n.strip() for n in names.split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ValueError(f"logits_processor_modules: cannot import {name!r} ({exc})") from None
+
+
 def build_engine(config: EngineConfig) -> LLMEngine:
+    import_processor_modules(config.logits_processor_modules)
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
     dtype = torch_dtype(config.dtype)
@@ -78,10 +95,13 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     runner = build_runner(config, loaded.module, loaded.capabilities, cfg, dtype, device)
     tokenizer = load_tokenizer(model_dir)
     logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d lane(s) of %d KV blocks of %d, "
-                "prefix caching %s, trace_mode=%s, async_scheduling=%s", loaded.architecture,
+                "prefix caching %s, trace_mode=%s, async_scheduling=%s, sample_on_device_mode=%s%s",
+                loaded.architecture,
                 type(loaded.module).__qualname__, model_dir, device, config.dtype, config.max_model_len,
                 lanes, config.num_kv_blocks, config.block_size,
-                "on" if config.enable_prefix_caching else "off", config.trace_mode, config.async_scheduling)
+                "on" if config.enable_prefix_caching else "off", config.trace_mode, config.async_scheduling,
+                config.sample_on_device_mode,
+                " (always_compat_sampling)" if config.always_compat_sampling else "")
     runner.allocate()
     runner.warmup()
     return LLMEngine(config, runner, tokenizer, cfg.vocab_size,
@@ -102,4 +122,5 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
                                      lanes * config.max_num_seqs, config.max_num_batched_tokens)
     return ModelRunner(module, kv, layout, TorchDevice(device), TraceConfig.resolve(config.trace_mode),
                        DecodeRuntimeConfig.resolve(layout, lanes * config.max_num_seqs),
-                       PrefillRuntimeConfig.resolve(layout, plan, config.max_num_batched_tokens))
+                       PrefillRuntimeConfig.resolve(layout, plan, config.max_num_batched_tokens),
+                       SamplingConfig.resolve(config.sample_on_device_mode, config.always_compat_sampling))

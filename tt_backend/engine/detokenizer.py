@@ -27,17 +27,20 @@ class Tokenizer(Protocol):
     def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
-def delta_text(tokenizer: Tokenizer, context_ids: Sequence[int], new_ids: Sequence[int]) -> str:
-    before = tokenizer.decode(list(context_ids), skip_special_tokens=True)
-    after = tokenizer.decode(list(context_ids) + list(new_ids), skip_special_tokens=True)
+def delta_text(tokenizer: Tokenizer, context_ids: Sequence[int], new_ids: Sequence[int],
+               skip_special_tokens: bool = True) -> str:
+    before = tokenizer.decode(list(context_ids), skip_special_tokens=skip_special_tokens)
+    after = tokenizer.decode(list(context_ids) + list(new_ids), skip_special_tokens=skip_special_tokens)
     return after[len(before):]
 
 
 class IncrementalDetokenizer:
     """Per-request state: `ids[prefix:read]` is the context, `ids[read:]` the pending tokens."""
 
-    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int]) -> None:
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int],
+                 skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
         self.ids = list(prompt_ids)
         self.prefix = max(len(self.ids) - INITIAL_CONTEXT, 0)
         self.read = len(self.ids)
@@ -48,7 +51,7 @@ class IncrementalDetokenizer:
         self.ids.append(token_id)
         context = self.ids[self.prefix:self.read]
         new = self.ids[self.read:]
-        text = delta_text(self.tokenizer, context, new)
+        text = delta_text(self.tokenizer, context, new, self.skip_special_tokens)
         if text.endswith(REPLACEMENT_CHAR) and not flush:
             return None
         self.prefix, self.read = self.read, len(self.ids)

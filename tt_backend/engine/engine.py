@@ -17,22 +17,31 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from tt_backend.config import EngineConfig
 from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
-from tt_backend.engine.outputs import FINISH_REASONS, FinishReason, RequestOutput
+from tt_backend.engine.outputs import FINISH_REASONS, FinishReason, Logprob, PositionLogprobs, RequestOutput
 from tt_backend.engine.stats import EngineStats, FinishedRequestStats
+from tt_backend.engine.step_sampling import (
+    HostResults,
+    RequestSampling,
+    SamplingRow,
+    needs_host,
+    plan_sampling,
+)
+from tt_backend.engine.stop_strings import OutputText
+from tt_backend.runtime.executor import StepSampling
 from tt_backend.runtime.plan import StepMode
-from tt_backend.runtime.runner import ModelRunner, Sampler
+from tt_backend.runtime.runner import ModelRunner
+from tt_backend.sampling.host_sampler import TokenLogprobs, bad_word_token_ids
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.sampling.sampler import make_generator, sample_tensor
+from tt_backend.sampling.processors import lookup
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator, MergedStep
 from tt_backend.scheduler.phase_scheduler import SampledToken, ScheduledStep, SchedulerConfig, SchedulerStats
 from tt_backend.scheduler.request import Request, RequestStatus
@@ -51,11 +60,19 @@ class _Live:
     request: Request
     detokenizer: IncrementalDetokenizer
     on_output: OutputCallback
-    generator: torch.Generator
+    sampling: RequestSampling
+    text: OutputText
     arrival: float
     admitted: float | None = None
     first_token: float | None = None
     last_token: float | None = None
+    logprobs: list[PositionLogprobs] = dataclasses.field(default_factory=list)
+    """Logprobs of tokens not yet handed out (the detokenizer may hold tokens back)."""
+    cumulative_logprob: float = 0.0
+
+    @property
+    def row(self) -> SamplingRow:
+        return SamplingRow(self.request, self.sampling)
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,7 @@ class _Abort:
 class _InFlight:
     step: ScheduledStep
     handle: int
+    host: HostResults | None = None
 
 
 class LLMEngine:
@@ -97,10 +115,10 @@ class LLMEngine:
             enable_prefix_caching=bool(config.enable_prefix_caching),
             decode_steps_between_prefills=config.decode_steps_between_prefills,
         ), config.data_parallel_size)
-        self._device = runner.device.device
         self._inflight: deque[_InFlight] = deque()
         self.decode_drains = 0
-        self._default_generator = make_generator(config.seed, self._device)
+        self.host_sampling_steps = 0
+        self._seeds = random.Random(config.seed)
         self._live: dict[str, _Live] = {}
         self._intake: deque[_Add | _Abort] = deque()
         self._known_ids: set[str] = set()  # ids added and not yet finished (guarded by _cv)
@@ -115,7 +133,7 @@ class LLMEngine:
         self._prompt_tokens = dict.fromkeys(lanes, 0)  # since the last report
         self._generation_tokens = dict.fromkeys(lanes, 0)
         self._reported = {lane: SchedulerStats() for lane in lanes}
-        self._reported_steps = (0, 0, 0)  # eager steps, traced steps, decode drains
+        self._reported_steps = (0, 0, 0, 0)  # eager steps, traced steps, decode drains, host sampling
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -171,6 +189,11 @@ class LLMEngine:
             raise ValueError(
                 f"the prompt ({len(prompt_token_ids)} tokens) plus max_tokens ({params.max_tokens}) "
                 f"exceeds max_model_len ({self.max_model_len})")
+        for field, token in params.token_ids():
+            if not 0 <= token < self.vocab_size:
+                raise ValueError(f"{field} holds {token}, outside the vocabulary [0, {self.vocab_size})")
+        for name in params.logits_processors:
+            lookup(name)
 
     # ---- thread lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -233,7 +256,8 @@ class LLMEngine:
             self._advance_pipeline()
             return "decode"
         step = self.scheduler.schedule()
-        if step.plan.mode == "decode" and self.config.async_scheduling and not step.preempted:
+        if (step.plan.mode == "decode" and self.config.async_scheduling and not step.preempted
+                and self._device_decode(step, ahead=0)):
             self._note_admitted(step)
             self._launch(step, after=None)
             return "decode"
@@ -244,9 +268,15 @@ class LLMEngine:
 
     # ---- async decode: at most two steps in flight -----------------------------------------------
     def _launch(self, step: ScheduledStep, after: int | None) -> None:
-        ahead = len(self._inflight)
-        handle = self.runner.launch(step.plan, self._sampler(step, ahead), after)
-        self._inflight.append(_InFlight(step, handle))
+        sampling, host = self._sampling(step, ahead=len(self._inflight))
+        handle = self.runner.launch(step.plan, sampling, after)
+        self._inflight.append(_InFlight(step, handle, host))
+
+    def _device_decode(self, step: ScheduledStep, ahead: int) -> bool:
+        """Whether a decode step of these requests samples on the device (async decode needs it:
+        the host path needs the previous tokens on the host)."""
+        rows = [self._live[rid].row for rid in step.request_ids if rid in self._live]
+        return self.runner.sampling.on_device("decode") and not needs_host(rows, ahead)
 
     def _advance_pipeline(self) -> None:
         """Launch the next decode step if the steady path carries it, then complete the oldest."""
@@ -267,8 +297,7 @@ class LLMEngine:
             self._fail_step(oldest.step, exc)
             self._report(oldest.step)
             return
-        for token in self.scheduler.update(oldest.step, tokens):
-            self._process_token(token)
+        self._apply(oldest.step, tokens, oldest.host)
         self._report(oldest.step)
 
     def _can_continue(self, step: ScheduledStep) -> bool:
@@ -282,7 +311,7 @@ class LLMEngine:
             if (len(request.output_token_ids) + ahead + 1 > request.sampling.max_tokens
                     or request.num_tokens + ahead + 1 > self.max_model_len):
                 return False
-        return True
+        return self._device_decode(step, ahead)
 
     def _abandon_inflight(self) -> None:
         """Wait for whatever is in flight and drop its results (failure, shutdown)."""
@@ -311,39 +340,49 @@ class LLMEngine:
             logger.info("lane %d: preempted %s by recompute (its KV blocks are exhausted; %d preemptions "
                         "so far)", lane, request_id, self.scheduler.lanes[lane].stats.preemptions)
         try:
-            sampled = self._execute(step)
+            sampling, host = self._sampling(step, ahead=0)
+            tokens: list[int] = self.runner.run_and_sample(step.plan, sampling).tolist()
         except Exception as exc:  # fail only this step's requests; the engine goes on
             self._fail_step(step, exc)
             return
-        for token in sampled:
-            self._process_token(token)
+        self._apply(step, tokens, host)
 
-    def _execute(self, step: ScheduledStep) -> list[SampledToken]:
-        tokens: list[int] = self.runner.run_and_sample(step.plan, self._sampler(step, 0)).tolist()
-        return self.scheduler.update(step, tokens)
-
-    def _sampler(self, step: ScheduledStep, ahead: int) -> Sampler:
-        """Sampling of the step's sampling rows, as a function of their logits. `ahead`: tokens
+    def _sampling(self, step: ScheduledStep, ahead: int) -> tuple[StepSampling, HostResults | None]:
+        """The step's sampling: on the device, or the host path when a row needs it. `ahead`: tokens
         already in flight for each request (async decode), which count toward min_tokens."""
-        rows = [self._live[rid] for rid, row in zip(step.request_ids, step.plan.rows, strict=True)
-                if row.sample]
-        params = [live.request.sampling for live in rows]
-        generators = [live.generator for live in rows]
-        banned = [self._banned(live.request, ahead) for live in rows]
-        return lambda logits: sample_tensor(logits, params, generators, banned)
+        rows = [self._live[rid].row if row.sample else None
+                for rid, row in zip(step.request_ids, step.plan.rows, strict=True)]
+        sampling, host = plan_sampling(self.runner.sampling, step.plan.mode, rows, ahead)
+        if host is not None:
+            self.host_sampling_steps += 1
+        return sampling, host
 
-    def _banned(self, request: Request, ahead: int = 0) -> tuple[int, ...]:
-        """Tokens that would end the request before its min_tokens."""
-        params = request.sampling
-        if len(request.output_token_ids) + ahead >= params.min_tokens:
-            return ()
-        eos = () if params.ignore_eos else tuple(self.eos_token_ids)
-        return eos + params.stop_token_ids
+    def _apply(self, step: ScheduledStep, tokens: list[int], host: HostResults | None) -> None:
+        """Hand the step's tokens to the scheduler, then process each (with its logprobs)."""
+        logprobs: dict[str, TokenLogprobs] = {}
+        if host is not None and host.sample is not None:
+            rows = zip(step.request_ids, step.plan.rows, strict=True)
+            sampled_ids = [rid for rid, row in rows if row.sample]
+            logprobs = {rid: lp for rid, lp in zip(sampled_ids, host.sample.logprobs, strict=True)
+                        if lp is not None}
+        for token in self.scheduler.update(step, tokens):
+            self._process_token(token, logprobs.get(token.request.request_id))
 
-    def _process_token(self, sampled: SampledToken) -> None:
+    def _position_logprobs(self, lp: TokenLogprobs) -> PositionLogprobs:
+        """The sampled token first (as vLLM orders them), then the top alternatives."""
+        decode = self.tokenizer.decode
+        entries = {lp.token_id: Logprob(lp.logprob, lp.rank, decode([lp.token_id]))}
+        for rank, (token, value) in enumerate(lp.top, start=1):
+            entries.setdefault(token, Logprob(value, rank, decode([token])))
+        return entries
+
+    def _process_token(self, sampled: SampledToken, lp: TokenLogprobs | None = None) -> None:
         request, token = sampled.request, sampled.token_id
         params = request.sampling
         live = self._live[request.request_id]
+        if lp is not None:
+            live.logprobs.append(self._position_logprobs(lp))
+            live.cumulative_logprob += lp.logprob
         now = time.monotonic()
         lane = self.scheduler.lane_of[request.request_id]
         if live.first_token is None:
@@ -357,12 +396,26 @@ class LLMEngine:
         elif len(request.output_token_ids) >= params.max_tokens or request.num_tokens >= self.max_model_len:
             reason = RequestStatus.FINISHED_LENGTH
         delta = live.detokenizer.add(token, flush=reason is not None)
+        if delta is None:
+            return
+        context, new, text = delta
+        if live.text.append(text) is not None:
+            reason = RequestStatus.FINISHED_STOPPED
         if reason is not None:
-            self._finish(request.request_id, reason, delta)
-        elif delta is not None:
-            context, new, text = delta
-            live.on_output(RequestOutput(request.request_id, new, context, text,
-                                         len(request.prompt_token_ids)))
+            self._finish(request.request_id, reason, (context, new))
+        else:
+            live.on_output(self._output(live, context, new))
+
+    def _output(self, live: _Live, context: tuple[int, ...], new: tuple[int, ...],
+                reason: FinishReason | None = None, error: str | None = None) -> RequestOutput:
+        """The output carrying `new` tokens, the text not handed out yet, and pending logprobs."""
+        asked = live.request.sampling.logprobs is not None
+        logprobs = None
+        if asked:
+            logprobs, live.logprobs = tuple(live.logprobs), []
+        return RequestOutput(live.request.request_id, new, context, live.text.take(reason is not None),
+                             len(live.request.prompt_token_ids), reason, error, logprobs,
+                             live.cumulative_logprob if asked else None)
 
     def _drain_intake(self) -> bool:
         """Apply queued adds and aborts; return whether there were any."""
@@ -371,31 +424,37 @@ class LLMEngine:
             self._intake.clear()
         for item in items:
             if isinstance(item, _Add):
-                request = item.request
-                seed = request.sampling.seed
-                generator = self._default_generator if seed is None else make_generator(seed, self._device)
-                self._live[request.request_id] = _Live(
-                    request, IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids),
-                    item.on_output, generator, item.arrival)
-                self.scheduler.add(request)
+                self._live[item.request.request_id] = self._admit(item)
+                self.scheduler.add(item.request)
             elif item.request_id in self._live:
                 self._finish(item.request_id, RequestStatus.FINISHED_ABORTED)
         return bool(items)
 
+    def _admit(self, item: _Add) -> _Live:
+        params = item.request.sampling
+        seed = params.seed if params.seed is not None else self._seeds.getrandbits(64)
+        bannable = (() if params.ignore_eos else tuple(sorted(self.eos_token_ids))) + params.stop_token_ids
+        bad_words = bad_word_token_ids(lambda text: self.tokenizer(text, add_special_tokens=False).input_ids,
+                                       params.bad_words) if params.bad_words else ()
+        detokenizer = IncrementalDetokenizer(self.tokenizer, item.request.prompt_token_ids,
+                                             params.skip_special_tokens)
+        return _Live(item.request, detokenizer, item.on_output, RequestSampling(seed, bannable, bad_words),
+                     OutputText(params.stop, params.include_stop_str_in_output), item.arrival)
+
     def _finish(self, request_id: str, status: RequestStatus,
-                delta: tuple[tuple[int, ...], tuple[int, ...], str] | None = None,
+                tokens: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
                 error: str | None = None) -> None:
-        """Free the request everywhere and send its one final output."""
+        """Free the request everywhere and send its one final output (with `tokens`: the context
+        and new token ids it still carries)."""
         lane = self.scheduler.lane_of[request_id]
         self.scheduler.finish(request_id, status)
         live = self._live.pop(request_id)
         with self._cv:
             self._known_ids.discard(request_id)
-        context, new, text = delta or ((), (), "")
+        context, new = tokens or ((), ())
         reason = next(r for r in FINISH_REASONS if r == status.value)
         self._finished_stats[lane].append(_finished_stats(live, reason, time.monotonic()))
-        live.on_output(RequestOutput(request_id, new, context, text,
-                                     len(live.request.prompt_token_ids), reason, error))
+        live.on_output(self._output(live, context, new, reason, error))
 
     def _report(self, step: ScheduledStep | None) -> None:
         """One EngineStats per lane. A lane's step mode is the step's if it had rows in it, else
@@ -403,16 +462,16 @@ class LLMEngine:
         if self._stats_listener is None:
             return
         took_part = {part.lane for part in step.lanes} if isinstance(step, MergedStep) else set()
-        executed = (self.runner.eager_steps - self._reported_steps[0],
-                    self.runner.traced_steps - self._reported_steps[1],
-                    self.decode_drains - self._reported_steps[2])
-        self._reported_steps = (self.runner.eager_steps, self.runner.traced_steps, self.decode_drains)
+        now = (self.runner.eager_steps, self.runner.traced_steps, self.decode_drains,
+               self.host_sampling_steps)
+        executed = tuple(a - b for a, b in zip(now, self._reported_steps, strict=True))
+        self._reported_steps = now
         for lane, sched in enumerate(self.scheduler.lanes):
             last = self._reported[lane]
             mode: StepMode | None = None
             if step is not None:
                 mode = step.plan.mode if lane in took_part else "empty"
-            counts = executed if lane in took_part else (0, 0, 0)
+            counts = executed if lane in took_part else (0, 0, 0, 0)
             stats = EngineStats(
                 lane=lane, step_mode=mode, num_running=len(sched.running),
                 num_waiting=len(sched.waiting) + len(sched.skipped), kv_cache_usage=sched.pool.usage,
@@ -421,6 +480,7 @@ class LLMEngine:
                 prefix_cache_queries=sched.stats.prefix_cache_queries - last.prefix_cache_queries,
                 prefix_cache_hits=sched.stats.prefix_cache_hits - last.prefix_cache_hits,
                 eager_steps=counts[0], traced_steps=counts[1], decode_drains=counts[2],
+                host_sampling_steps=counts[3],
                 finished=tuple(self._finished_stats[lane]))
             self._reported[lane] = dataclasses.replace(sched.stats)
             self._prompt_tokens[lane] = self._generation_tokens[lane] = 0

@@ -42,4 +42,6 @@ class EngineStats:
     """Steps executed by replaying traces (the others ran eagerly)."""
     decode_drains: int = 0
     """Times the async decode pipeline stopped running ahead and drained."""
+    host_sampling_steps: int = 0
+    """Steps whose batch sampled on the host (a row needed logits: logprobs, penalties, ...)."""
     finished: tuple[FinishedRequestStats, ...] = field(default_factory=tuple)

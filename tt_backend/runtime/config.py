@@ -12,9 +12,12 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from tt_backend.runtime.prefill_plan import PHYSICAL_BATCHES, PrefillPlanConfig, padded_length
+from tt_backend.sampling.device_sampler import DEVICE_VARIANTS, StepVariant
 
 TraceMode = Literal["none", "decode_only", "all"]
 TRACE_MODES: tuple[TraceMode, ...] = ("none", "decode_only", "all")
+SampleOnDeviceMode = Literal["all", "decode_only", "none"]
+SAMPLE_ON_DEVICE_MODES: tuple[SampleOnDeviceMode, ...] = ("all", "decode_only", "none")
 
 
 def _powers_of_two_up_to(limit: int) -> tuple[int, ...]:
@@ -40,6 +43,32 @@ class TraceConfig:
     @property
     def prefill(self) -> bool:
         return self.mode == "all"
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Where tokens are chosen: inside the step (`sample_on_device_mode` names the operations that
+    may) or on the host. The host path always exists: a batch that needs it takes it."""
+
+    mode: SampleOnDeviceMode
+    always_compat: bool = False
+    """Force the host path for every batch (debugging, A/B checks)."""
+
+    @classmethod
+    def resolve(cls, mode: str, always_compat: bool = False) -> SamplingConfig:
+        if mode not in SAMPLE_ON_DEVICE_MODES:
+            raise ValueError(f"sample_on_device_mode must be one of {', '.join(SAMPLE_ON_DEVICE_MODES)}, "
+                             f"got {mode!r}")
+        return cls(mode, always_compat)
+
+    def on_device(self, op: Literal["prefill", "decode"]) -> bool:
+        if self.always_compat:
+            return False
+        return self.mode == "all" or (self.mode == "decode_only" and op == "decode")
+
+    def variants(self, op: Literal["prefill", "decode"]) -> tuple[StepVariant, ...]:
+        """The step variants an operation may run: logits always, device sampling where allowed."""
+        return ("logits", *DEVICE_VARIANTS) if self.on_device(op) else ("logits",)
 
 
 @dataclass(frozen=True)
@@ -83,10 +112,16 @@ class StepShape:
     batch: int
     seq_len: int
     table_width: int
+    variant: StepVariant = "logits"
+    """What the step returns: logits, or tokens chosen inside it (the sampling material)."""
 
     @property
     def key(self) -> str:
-        return f"{self.op}:b{self.batch}:t{self.seq_len}:w{self.table_width}"
+        key = f"{self.op}:b{self.batch}:t{self.seq_len}:w{self.table_width}"
+        return key if self.variant == "logits" else f"{key}:{self.variant}"
+
+    def with_variant(self, variant: StepVariant) -> StepShape:
+        return replace(self, variant=variant)
 
 
 @dataclass(frozen=True)
@@ -101,8 +136,8 @@ class DecodeRuntimeConfig:
     def batch_for(self, rows: int) -> int:
         return next(b for b in self.batch_buckets if b >= rows)
 
-    def shape(self, rows: int, max_context: int) -> StepShape:
-        return StepShape("decode", self.batch_for(rows), 1, self.layout.width_for(max_context))
+    def shape(self, rows: int, max_context: int, variant: StepVariant = "logits") -> StepShape:
+        return StepShape("decode", self.batch_for(rows), 1, self.layout.width_for(max_context), variant)
 
     @property
     def shapes(self) -> tuple[StepShape, ...]:
@@ -121,10 +156,10 @@ class PrefillRuntimeConfig:
                 max_row_tokens: int) -> PrefillRuntimeConfig:
         return cls(layout, plan, max_row_tokens)
 
-    def shape(self, batch: int, seq_len: int, max_context: int) -> StepShape:
+    def shape(self, batch: int, seq_len: int, max_context: int, variant: StepVariant = "logits") -> StepShape:
         # A row's keys span at least its own padded length, so a shape never depends on how much of
         # the prompt was cached: (1, T, W) with W * block_size >= T.
-        return StepShape("prefill", batch, seq_len, self.layout.width_for(max(seq_len, max_context)))
+        return StepShape("prefill", batch, seq_len, self.layout.width_for(max(seq_len, max_context)), variant)
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -153,9 +188,15 @@ class WarmupConfig:
     capture_shapes: tuple[StepShape, ...]
 
     @classmethod
-    def resolve(cls, trace: TraceConfig, decode: DecodeRuntimeConfig,
-                prefill: PrefillRuntimeConfig) -> WarmupConfig:
+    def resolve(cls, trace: TraceConfig, decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
+                sampling: SamplingConfig) -> WarmupConfig:
         if trace.mode == "none":
             return cls((), ())  # eager programs compile on first use; no gate is ever closed
-        captured = decode.shapes + (prefill.shapes if trace.prefill else ())
-        return cls(decode.shapes + prefill.shapes, captured)
+        decode_shapes = _with_variants(decode.shapes, sampling.variants("decode"))
+        prefill_shapes = _with_variants(prefill.shapes, sampling.variants("prefill"))
+        captured = decode_shapes + (prefill_shapes if trace.prefill else ())
+        return cls(decode_shapes + prefill_shapes, captured)
+
+
+def _with_variants(shapes: tuple[StepShape, ...], variants: tuple[StepVariant, ...]) -> tuple[StepShape, ...]:
+    return tuple(shape.with_variant(v) for v in variants for shape in shapes)

@@ -9,7 +9,7 @@ caller's choice (`trace_mode`); neither falls back to the other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -23,21 +23,49 @@ from tt_backend.runtime.plan import StepPlan
 from tt_backend.runtime.prefill_plan import plan_prefill
 from tt_backend.runtime.program_compiler import ProgramCompiler
 from tt_backend.runtime.trace_compiler import TraceCompiler
+from tt_backend.sampling.device_sampler import DEVICE_VARIANTS, SamplingTensors, StepVariant, select_tokens
 
 
 class ModelStep(nn.Module):
-    """The model's forward over flat tensors: what programs compile and traces capture."""
+    """The model's forward over flat tensors, and for a device variant the token choice after it:
+    what programs compile and traces capture."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, variant: StepVariant = "logits") -> None:
         super().__init__()
         self.model = model
+        self.variant = variant
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                 block_tables: torch.Tensor, context_lens: torch.Tensor, logits_indices: torch.Tensor,
-                kv_cache: torch.Tensor) -> torch.Tensor:
+                kv_cache: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                min_p: torch.Tensor, seed: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
         batch = ForwardBatch(input_ids, positions, slot_mapping, block_tables, context_lens, logits_indices)
         logits: torch.Tensor = self.model(batch, kv_cache)
-        return logits
+        if self.variant == "logits":
+            return logits
+        sampling = SamplingTensors(temperature, top_k, top_p, min_p, seed, counter)
+        return select_tokens(logits, sampling, self.variant)
+
+
+def model_steps(model: nn.Module) -> dict[StepVariant, ModelStep]:
+    """One step function per variant, over the same model."""
+    variants: tuple[StepVariant, ...] = ("logits", *DEVICE_VARIANTS)
+    return {variant: ModelStep(model, variant) for variant in variants}
+
+
+@dataclass(frozen=True)
+class StepSampling:
+    """How a step chooses its tokens. A device variant returns token ids from the step; `logits`
+    returns the sampling rows' logits, which `finish` (the host path) turns into token ids."""
+
+    variant: StepVariant
+    tensors: SamplingTensors
+    """One row per plan row (rows that sample nothing decode greedily)."""
+    finish: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    @classmethod
+    def logits(cls, num_rows: int) -> StepSampling:
+        return cls("logits", SamplingTensors.build([None] * num_rows, [], []))
 
 
 @dataclass(frozen=True)
@@ -47,32 +75,38 @@ class PreparedCall:
     """The plan's rows this call computes, in the order of its first rows."""
     inputs: ForwardBatch
     """Host tensors of the padded geometry."""
+    sampling: SamplingTensors
+    """Host sampling inputs of the same rows, padded likewise."""
 
 
 class EagerExecutor:
-    def __init__(self, step: ModelStep, kv: PagedKVCacheManager, device: torch.device,
+    def __init__(self, steps: dict[StepVariant, ModelStep], kv: PagedKVCacheManager, device: torch.device,
                  decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
                  programs: ProgramCompiler) -> None:
-        self.step = step
+        self.steps = steps
         self.kv = kv
         self.device = device
         self.decode = decode
         self.prefill = prefill
         self.programs = programs
 
-    def prepare(self, plan: StepPlan) -> tuple[PreparedCall, ...]:
+    def prepare(self, plan: StepPlan, sampling: StepSampling | None = None) -> tuple[PreparedCall, ...]:
+        sampling = sampling or StepSampling.logits(len(plan.rows))
         block_size = self.kv.layout.block_size
         if plan.mode == "decode":
-            shape = self.decode.shape(len(plan.rows), max(r.context_len for r in plan.rows))
+            shape = self.decode.shape(len(plan.rows), max(r.context_len for r in plan.rows), sampling.variant)
             inputs = prepare_host_inputs(plan.rows, block_size, shape.batch, 1, shape.table_width)
-            return (PreparedCall(shape, tuple(range(len(plan.rows))), inputs),)
+            source = tuple(range(len(plan.rows)))
+            return (PreparedCall(shape, source, inputs, sampling.tensors.rows(list(source), shape.batch)),)
         assert plan.mode == "prefill"
         calls = []
         for wave in plan_prefill(plan, self.prefill.plan):
             rows = [plan.rows[i] for i in wave.source_rows]
-            shape = self.prefill.shape(wave.padded_batch, wave.padded_len, max(r.context_len for r in rows))
+            shape = self.prefill.shape(wave.padded_batch, wave.padded_len, max(r.context_len for r in rows),
+                                       sampling.variant)
             inputs = prepare_host_inputs(rows, block_size, shape.batch, shape.seq_len, shape.table_width)
-            calls.append(PreparedCall(shape, wave.source_rows, inputs))
+            calls.append(PreparedCall(shape, wave.source_rows, inputs,
+                                      sampling.tensors.rows(list(wave.source_rows), shape.batch)))
         return tuple(calls)
 
     def compile(self, shape: StepShape) -> None:
@@ -83,16 +117,19 @@ class EagerExecutor:
         inputs = to_device(call.inputs, self.device)
         if feedback is not None:
             inputs = feed_back(inputs, feedback)
-        return self.run_inputs(inputs)
+        return self.run_inputs(inputs, call.sampling.to(self.device), call.shape.variant)
 
-    def run_inputs(self, inputs: ForwardBatch) -> torch.Tensor:
-        return self.step(*inputs.tensors, self.kv.context.cache)
+    def run_inputs(self, inputs: ForwardBatch, sampling: SamplingTensors,
+                   variant: StepVariant = "logits") -> torch.Tensor:
+        return self.steps[variant](*inputs.tensors, self.kv.context.cache, *sampling.tensors)
 
     @torch.inference_mode()
-    def execute(self, plan: StepPlan, feedback: torch.Tensor | None = None) -> torch.Tensor:
-        """fp32 logits [rows with sample=True, vocab], in row order. `feedback` (decode only): the
-        previous step's sampled tokens, still on the device, as this step's input tokens."""
-        calls = self.prepare(plan)
+    def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
+                feedback: torch.Tensor | None = None) -> torch.Tensor:
+        """For the rows with sample=True, in row order: fp32 logits [rows, vocab] (`logits` variant)
+        or token ids [rows] (a device variant). `feedback` (decode only): the previous step's
+        sampled tokens, still on the device, as this step's input tokens."""
+        calls = self.prepare(plan, sampling)
         return assemble(plan, calls, [self.run(call, feedback) for call in calls])
 
 
@@ -107,10 +144,11 @@ class TracedExecutor:
         self.traces.register_capture_plan(shape)
 
     @torch.inference_mode()
-    def execute(self, plan: StepPlan, feedback: torch.Tensor | None = None) -> torch.Tensor:
-        calls = self.eager.prepare(plan)
+    def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
+                feedback: torch.Tensor | None = None) -> torch.Tensor:
+        calls = self.eager.prepare(plan, sampling)
         self.traces.preflight(call.shape for call in calls)  # before any call writes KV
-        outputs = [self.traces.replay(call.shape, call.inputs, feedback) for call in calls]
+        outputs = [self.traces.replay(call.shape, call.inputs, call.sampling, feedback) for call in calls]
         return assemble(plan, calls, outputs)
 
 
@@ -121,7 +159,8 @@ def feed_back(inputs: ForwardBatch, tokens: torch.Tensor) -> ForwardBatch:
 
 
 def assemble(plan: StepPlan, calls: Sequence[PreparedCall], outputs: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The logits of the plan's sampling rows, in row order, from each call's padded output."""
+    """The outputs (logits or tokens) of the plan's sampling rows, in row order, from each call's
+    padded output."""
     parts: dict[int, torch.Tensor] = {}
     for call, out in zip(calls, outputs, strict=True):
         for k, row in enumerate(call.source_rows):

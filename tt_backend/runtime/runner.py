@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -24,10 +23,11 @@ from tt_backend.runtime.config import (
     DecodeRuntimeConfig,
     PageTableLayout,
     PrefillRuntimeConfig,
+    SamplingConfig,
     TraceConfig,
     WarmupConfig,
 )
-from tt_backend.runtime.executor import EagerExecutor, ModelStep, TracedExecutor
+from tt_backend.runtime.executor import EagerExecutor, StepSampling, TracedExecutor, model_steps
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.output_reader import OutputReader
 from tt_backend.runtime.plan import StepPlan
@@ -38,21 +38,19 @@ from tt_backend.runtime.warmup import LaneExecutors, WarmupCoordinator, WarmupRe
 
 logger = logging.getLogger(__name__)
 
-Sampler = Callable[[torch.Tensor], torch.Tensor]
-"""Logits of a step's sampling rows → their token ids (a device tensor)."""
-
 
 class ModelRunner:
     def __init__(self, model: nn.Module, kv_config: PagedKVCacheConfig, layout: PageTableLayout,
                  device: TorchDevice, trace: TraceConfig, decode: DecodeRuntimeConfig,
-                 prefill: PrefillRuntimeConfig) -> None:
+                 prefill: PrefillRuntimeConfig, sampling: SamplingConfig | None = None) -> None:
         self.device = device
         self.trace = trace
+        self.sampling = sampling or SamplingConfig.resolve("all")
         self.kv = PagedKVCacheManager(kv_config, layout, device.device)
         self.programs = ProgramCompiler(self.kv)
-        step = ModelStep(model)
-        self.eager = EagerExecutor(step, self.kv, device.device, decode, prefill, self.programs)
-        self.traces = TraceCompiler(self.programs, device, step, self.kv) if trace.decode else None
+        steps = model_steps(model)
+        self.eager = EagerExecutor(steps, self.kv, device.device, decode, prefill, self.programs)
+        self.traces = TraceCompiler(self.programs, device, steps, self.kv) if trace.decode else None
         self.traced = TracedExecutor(self.eager, self.traces) if self.traces is not None else None
         self.reader = OutputReader(device)
         self.cleanup_log = CleanupLog()
@@ -72,27 +70,37 @@ class ModelRunner:
         self.kv.allocate()
 
     def warmup(self) -> WarmupReport:
-        config = WarmupConfig.resolve(self.trace, self.eager.decode, self.eager.prefill)
+        config = WarmupConfig.resolve(self.trace, self.eager.decode, self.eager.prefill, self.sampling)
         return WarmupCoordinator(config, [LaneExecutors(self.eager, self.traced)]).warmup()
 
     # ---- steps -------------------------------------------------------------------------------
-    def execute(self, plan: StepPlan, feedback: torch.Tensor | None = None) -> torch.Tensor:
-        """Run the step now; fp32 logits of its sampling rows, in row order."""
+    def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
+                feedback: torch.Tensor | None = None) -> torch.Tensor:
+        """Run the step now; for its sampling rows, in row order, fp32 logits (no `sampling`, or
+        the `logits` variant) or token ids (a device variant)."""
         if self._closed:
             raise RuntimeError("the model runner is closed")
         traced = self.traced is not None and (plan.mode == "decode" or self.trace.prefill)
         if traced:
             assert self.traced is not None
             self.traced_steps += 1
-            return self.traced.execute(plan, feedback)
+            return self.traced.execute(plan, sampling, feedback)
         self.eager_steps += 1
-        return self.eager.execute(plan, feedback)
+        return self.eager.execute(plan, sampling, feedback)
 
-    def run_and_sample(self, plan: StepPlan, sampler: Sampler) -> torch.Tensor:
-        """Run the step and sample it; the token ids on the host."""
-        return self.reader.read(lambda: sampler(self.execute(plan)))
+    def _sampled(self, plan: StepPlan, sampling: StepSampling,
+                 feedback: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.execute(plan, sampling, feedback)
+        if sampling.variant == "logits":
+            assert sampling.finish is not None, "the logits variant needs the host path's finish"
+            return sampling.finish(out)
+        return out
 
-    def launch(self, plan: StepPlan, sampler: Sampler, after: int | None = None) -> int:
+    def run_and_sample(self, plan: StepPlan, sampling: StepSampling) -> torch.Tensor:
+        """Run the step and choose its tokens (inside it, or on the host); the token ids on the host."""
+        return self.reader.read(lambda: self._sampled(plan, sampling))
+
+    def launch(self, plan: StepPlan, sampling: StepSampling, after: int | None = None) -> int:
         """Launch a decode step and its sampling without waiting; return the read's handle.
         With `after` (the handle of the step launched just before), this step's input tokens are
         that step's sampled tokens, fed back on the device."""
@@ -100,7 +108,7 @@ class ModelRunner:
 
         def work() -> torch.Tensor:
             feedback = None if previous is None else previous.device_value()
-            return sampler(self.execute(plan, feedback))
+            return self._sampled(plan, sampling, feedback)
 
         return self.reader.submit(work)
 

@@ -8,7 +8,7 @@ captured trace is a `TraceCoverageError`, raised by `preflight` before any step 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +18,7 @@ from tt_backend.models.llama import ForwardBatch
 from tt_backend.runtime.config import StepShape
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.program_compiler import ProgramCompiler
+from tt_backend.sampling.device_sampler import SamplingTensors, StepVariant
 
 
 class TraceCoverageError(RuntimeError):
@@ -28,6 +29,7 @@ class TraceCoverageError(RuntimeError):
 class _Trace:
     shape: StepShape
     inputs: ForwardBatch
+    sampling: SamplingTensors
     capture: Capture | None = None
 
 
@@ -43,11 +45,11 @@ def blank_inputs(shape: StepShape, device: torch.device) -> ForwardBatch:
 
 
 class TraceCompiler:
-    def __init__(self, programs: ProgramCompiler, device: TorchDevice, step: StepFn,
+    def __init__(self, programs: ProgramCompiler, device: TorchDevice, steps: Mapping[StepVariant, StepFn],
                  kv: PagedKVCacheManager) -> None:
         self.programs = programs
         self._device = device
-        self._step = step
+        self._steps = steps
         self._kv = kv
         self._traces: dict[str, _Trace] = {}
         self.replays = 0
@@ -56,7 +58,8 @@ class TraceCompiler:
         if not self.programs.compiled(shape):
             raise RuntimeError(f"cannot plan a trace of {shape.key}: its program is not compiled")
         if shape.key not in self._traces:
-            self._traces[shape.key] = _Trace(shape, blank_inputs(shape, self._device.device))
+            greedy = SamplingTensors.build([], [], [], batch=shape.batch).to(self._device.device)
+            self._traces[shape.key] = _Trace(shape, blank_inputs(shape, self._device.device), greedy)
 
     def capture_all(self) -> int:
         """Capture every registered plan (largest first, so later captures reuse its memory);
@@ -65,7 +68,8 @@ class TraceCompiler:
                          key=lambda t: -t.shape.batch * t.shape.seq_len * t.shape.table_width)
         cache = self._kv.context.cache
         for trace in pending:
-            trace.capture = self._device.capture(self._step, (*trace.inputs.tensors, cache))
+            trace.capture = self._device.capture(self._steps[trace.shape.variant],
+                                                 (*trace.inputs.tensors, cache, *trace.sampling.tensors))
         self.programs.close_gate()
         return len(pending)
 
@@ -79,14 +83,16 @@ class TraceCompiler:
             raise TraceCoverageError(f"no captured trace for {', '.join(missing)}; traced steps never run "
                                      "eagerly (warm up these shapes or choose another trace_mode)")
 
-    def replay(self, shape: StepShape, host: ForwardBatch,
+    def replay(self, shape: StepShape, host: ForwardBatch, sampling: SamplingTensors,
                feedback: torch.Tensor | None = None) -> torch.Tensor:
-        """Refresh the trace's inputs from `host` (and the first rows' tokens from `feedback`, a
-        device tensor of the previous step's tokens), then replay."""
+        """Refresh the trace's inputs from `host` and `sampling` (and the first rows' tokens from
+        `feedback`, a device tensor of the previous step's tokens), then replay."""
         trace = self._traces.get(shape.key)
         if trace is None or trace.capture is None:
             raise TraceCoverageError(f"no captured trace for {shape.key}")
-        for dst, src in zip(trace.inputs.tensors, host.tensors, strict=True):
+        pairs = zip((*trace.inputs.tensors, *trace.sampling.tensors), (*host.tensors, *sampling.tensors),
+                    strict=True)
+        for dst, src in pairs:
             dst.copy_(src, non_blocking=True)
         if feedback is not None:
             trace.inputs.input_ids[: feedback.shape[0], 0].copy_(feedback, non_blocking=True)

@@ -91,7 +91,8 @@ class EngineMetrics:
             self.steps[(lane, stats.step_mode)].increment(1)
         for counter, value in ((self.eager_steps, stats.eager_steps),
                                (self.trace_replays, stats.traced_steps),
-                               (self.decode_drains, stats.decode_drains)):
+                               (self.decode_drains, stats.decode_drains),
+                               (self.host_sampling, stats.host_sampling_steps)):
             if value:
                 counter[(lane, "")].increment(value)
         for done in stats.finished:

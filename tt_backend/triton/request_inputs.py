@@ -2,15 +2,21 @@
 
 Two schemas arrive here:
 - vllm_backend: `text_input`, `sampling_parameters` (JSON), `stream`, `exclude_input_in_output`,
-  `return_*` flags; text comes back as `text_output`.
+  `return_*` flags; text comes back as `text_output` (with `logprobs` and `cumulative_logprob`
+  when `return_logprobs` / `return_cumulative_logprob` are set).
 - TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `min_length`,
-  `temperature`, `top_k`, `top_p`, `seed`, `end_id`, `pad_id`, `stop_words`, `bad_words`; ids come back as
-  `output_ids` with `context_ids` for exact detokenization in `postprocessing`.
+  `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repetition_penalty`, `presence_penalty`,
+  `frequency_penalty`, `end_id`, `pad_id`, the string lists `stop_words` and `bad_words`, and
+  `return_log_probs`; ids come back as `output_ids` with `context_ids` for exact detokenization
+  in `postprocessing`, and `output_log_probs` / `cum_log_probs`.
   As in TRT-LLM, a request with neither `top_k` nor `top_p` (or both 0) decodes greedily.
+Asking for logprobs without `logprobs` in the sampling parameters returns the sampled tokens'
+logprobs (logprobs=0).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +25,10 @@ import numpy as np
 
 from tt_backend.sampling.params import SamplingParams
 
-_TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "seed", "end_id", "pad_id")
+_TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "min_p", "seed",
+                "repetition_penalty", "presence_penalty", "frequency_penalty", "end_id", "pad_id")
 _FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
-          "return_num_output_tokens")
+          "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob", "return_log_probs")
 KNOWN_INPUTS = frozenset({"text_input", "input_ids", "sampling_parameters", "stop_words",
                           "bad_words", *_TRT_SCALARS, *_FLAGS})
 
@@ -37,6 +44,10 @@ class GenerateRequest:
     return_finish_reason: bool = False
     return_num_input_tokens: bool = False
     return_num_output_tokens: bool = False
+    return_logprobs: bool = False
+    return_cumulative_logprob: bool = False
+    return_log_probs: bool = False
+    """TRT-LLM's flag (ids schema): `output_log_probs` and `cum_log_probs` carry real values."""
 
     @property
     def ids_mode(self) -> bool:
@@ -53,12 +64,11 @@ def parse_generate_request(inputs: dict[str, np.ndarray]) -> GenerateRequest:
     if (text is None) == (ids is None):
         raise ValueError("give exactly one of the inputs text_input or input_ids")
     flags = {name: _scalar_bool(inputs, name) for name in _FLAGS}
-    return GenerateRequest(
-        prompt_text=text,
-        prompt_ids=ids,
-        sampling=_sampling(inputs),
-        **{name: bool(value) for name, value in flags.items()},
-    )
+    sampling = _sampling(inputs)
+    wants = ("return_logprobs", "return_cumulative_logprob", "return_log_probs")
+    if any(flags[name] for name in wants) and sampling.logprobs is None:
+        sampling = dataclasses.replace(sampling, logprobs=0)
+    return GenerateRequest(prompt_text=text, prompt_ids=ids, sampling=sampling, **flags)
 
 
 def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
@@ -73,11 +83,11 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
         if not isinstance(parsed, dict):
             raise ValueError(f"sampling_parameters must be a JSON object, got {raw_json[:80]!r}")
         values.update(parsed)
-    trt = {name: _scalar(inputs, name) for name in _TRT_SCALARS if name in inputs}
-    for name in ("stop_words", "bad_words"):
+    trt: dict[str, Any] = {name: _scalar(inputs, name) for name in _TRT_SCALARS if name in inputs}
+    for name, field in (("stop_words", "stop"), ("bad_words", "bad_words")):
         words = [w for w in _strings(inputs, name) if w]
         if words:
-            raise ValueError(f"{name} is not supported yet (got {words[:3]})")
+            trt[field] = words
     if trt:
         overlap = sorted(set(trt) & set(values))
         if overlap:
@@ -101,8 +111,10 @@ def _trt_to_vllm(trt: dict[str, Any]) -> dict[str, Any]:
         out["temperature"] = float(trt.get("temperature", 1.0))
         out["top_k"] = top_k
         out["top_p"] = top_p if top_p > 0 else 1.0
-    if "seed" in trt:
-        out["seed"] = int(trt["seed"])
+    for name in ("seed", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+                 "stop", "bad_words"):
+        if name in trt:
+            out[name] = trt[name]
     if "end_id" in trt:
         # end_id replaces the tokenizer's EOS as the token that ends generation.
         out["ignore_eos"] = True

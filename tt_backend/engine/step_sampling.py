@@ -1,0 +1,85 @@
+"""The per-batch sampling decision: inside the step (device path) or on the host (the processor
+chain), and the inputs of either.
+
+A batch takes the device path when the operation may sample on the device
+(`sample_on_device_mode`, `always_compat_sampling`) and no row needs the host: logprobs,
+penalties, logit bias, allowed ids, bad words, custom processors, or min_tokens still banning EOS.
+One such row sends the whole batch through the host path for that step; the next batch decides
+again. Both paths choose tokens with the same function, so a row's token does not depend on the
+path its batch took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tt_backend.runtime.config import SamplingConfig
+from tt_backend.runtime.executor import StepSampling
+from tt_backend.runtime.plan import StepMode
+from tt_backend.sampling.device_sampler import SamplingTensors, variant_for
+from tt_backend.sampling.host_sampler import HostRow, HostSample, host_sample
+from tt_backend.sampling.params import SamplingParams
+from tt_backend.scheduler.request import Request
+
+
+@dataclass(frozen=True)
+class RequestSampling:
+    """What sampling needs of a request beyond its SamplingParams, fixed at admission."""
+
+    seed: int
+    """Its seed, or one drawn from the engine's seeded generator."""
+    bannable: tuple[int, ...]
+    """EOS (unless ignore_eos) and stop_token_ids: banned until min_tokens tokens exist."""
+    bad_words: tuple[tuple[int, ...], ...] = ()
+
+    def banned(self, params: SamplingParams, num_output: int) -> tuple[int, ...]:
+        return self.bannable if num_output < params.min_tokens else ()
+
+    def needs_host(self, params: SamplingParams, num_output: int) -> bool:
+        return params.needs_host or bool(self.banned(params, num_output))
+
+
+@dataclass(frozen=True)
+class SamplingRow:
+    request: Request
+    sampling: RequestSampling
+
+
+class HostResults:
+    """Where the host path leaves its sample (logprobs) for the engine to read after the step."""
+
+    def __init__(self) -> None:
+        self.sample: HostSample | None = None
+
+
+def needs_host(rows: Sequence[SamplingRow], ahead: int) -> bool:
+    return any(r.sampling.needs_host(r.request.sampling, len(r.request.output_token_ids) + ahead)
+               for r in rows)
+
+
+def plan_sampling(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow | None],
+                  ahead: int = 0) -> tuple[StepSampling, HostResults | None]:
+    """The step's sampling over its plan rows (None: a row that samples nothing). `ahead`: tokens
+    already in flight for each request (async decode). Host results are None on the device path."""
+    sampling = [r for r in rows if r is not None]
+    tensors = SamplingTensors.build(
+        [None if r is None else r.request.sampling for r in rows],
+        [0 if r is None else r.sampling.seed for r in rows],
+        [0 if r is None else r.request.num_tokens + ahead for r in rows])
+    assert op in ("prefill", "decode")
+    if config.on_device(op) and not needs_host(sampling, ahead):
+        return StepSampling(variant_for([r.request.sampling for r in sampling]), tensors), None
+    results = HostResults()
+    host_rows = [HostRow(r.request.sampling, r.request.prompt_token_ids, tuple(r.request.output_token_ids),
+                         r.sampling.banned(r.request.sampling, len(r.request.output_token_ids) + ahead),
+                         r.sampling.bad_words) for r in sampling]
+    sampled_tensors = tensors.rows([i for i, r in enumerate(rows) if r is not None], len(sampling))
+
+    def finish(logits: torch.Tensor) -> torch.Tensor:
+        results.sample = host_sample(logits, host_rows, sampled_tensors.to(logits.device))
+        return results.sample.tokens
+
+    return StepSampling("logits", tensors, finish), results

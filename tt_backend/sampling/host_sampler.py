@@ -1,0 +1,131 @@
+"""The host path: the step's logits come back and the processor chain runs before sampling.
+
+The chain follows vLLM's sampler (v1), so the same request gets the same logits here as there:
+1. logprobs, when asked for, are of the raw logits (vLLM's default `raw_logprobs`);
+2. allowed_token_ids, bad words, logit bias and min_tokens (EOS and stop ids banned) edit the
+   logits; then custom processors run;
+3. repetition, frequency and presence penalties;
+4. the device sampler's own `select_tokens` picks the token (temperature, min-p, top-k, top-p and
+   the counter-based seed), so a row gets the same token on either path from the same logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tt_backend.sampling.device_sampler import SamplingTensors, select_tokens, variant_for
+from tt_backend.sampling.params import SamplingParams
+from tt_backend.sampling.processors import lookup
+
+
+@dataclass(frozen=True)
+class HostRow:
+    """What the chain needs of one request at this step."""
+
+    params: SamplingParams
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]
+    banned: tuple[int, ...] = ()
+    """Token ids that may not be sampled now (min_tokens keeps EOS and stop ids out)."""
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    """Token sequences of the bad words (see `bad_word_token_ids`)."""
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """The sampled token's raw logprob and rank (1 = most likely), and the top-n alternatives."""
+
+    token_id: int
+    logprob: float
+    rank: int
+    top: tuple[tuple[int, float], ...]
+    """(token id, logprob) of the n most likely tokens, most likely first; rank = index + 1."""
+
+
+@dataclass(frozen=True)
+class HostSample:
+    tokens: torch.Tensor
+    logprobs: tuple[TokenLogprobs | None, ...]
+
+
+def bad_word_token_ids(encode: object, words: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """Each bad word as token ids, alone and after a space (vLLM's rule: the spaced form is kept
+    only when it tokenizes to as many tokens and starts differently)."""
+    assert callable(encode)
+    sequences: list[tuple[int, ...]] = []
+    for word in words:
+        plain = tuple(encode(word.lstrip()))
+        sequences.append(plain)
+        spaced = tuple(encode(" " + word.lstrip()))
+        if spaced and spaced[0] != plain[0] and len(spaced) == len(plain):
+            sequences.append(spaced)
+    return tuple(s for s in sequences if s)
+
+
+def process_logits(logits: torch.Tensor, rows: Sequence[HostRow]) -> torch.Tensor:
+    """The logits sampling sees, row by row; fp32 [N, vocab], a new tensor."""
+    logits = logits.float().clone()
+    for i, row in enumerate(rows):
+        p = row.params
+        x = logits[i]
+        if p.allowed_token_ids is not None:
+            allowed = torch.zeros_like(x, dtype=torch.bool)
+            allowed[list(p.allowed_token_ids)] = True
+            x.masked_fill_(~allowed, float("-inf"))
+        recent = tuple(row.output_ids)
+        for seq in row.bad_words:
+            prefix = seq[:-1]
+            if len(prefix) <= len(recent) and recent[len(recent) - len(prefix):] == prefix:
+                x[seq[-1]] = float("-inf")
+        for token, bias in p.logit_bias:
+            x[token] += bias
+        if row.banned:
+            x[list(row.banned)] = float("-inf")
+        for name in p.logits_processors:
+            x.copy_(lookup(name)(tuple(row.output_ids), x))
+        _penalise(x, p, row.prompt_ids, row.output_ids)
+    return logits
+
+
+def _penalise(x: torch.Tensor, p: SamplingParams, prompt_ids: Sequence[int],
+              output_ids: Sequence[int]) -> None:
+    """vLLM's apply_penalties on one row, in place."""
+    if p.repetition_penalty == 1 and p.frequency_penalty == 0 and p.presence_penalty == 0:
+        return
+    counts = torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
+    if output_ids:
+        counts.index_add_(0, torch.tensor(list(output_ids), device=x.device),
+                          torch.ones(len(output_ids), device=x.device))
+    if p.repetition_penalty != 1:
+        seen = counts > 0
+        if prompt_ids:
+            seen[list(prompt_ids)] = True
+        penalty = torch.where(seen, p.repetition_penalty, 1.0)
+        x.copy_(torch.where(x > 0, x / penalty, x * penalty))
+    x.sub_(p.frequency_penalty * counts)
+    x.sub_(p.presence_penalty * (counts > 0).float())
+
+
+def host_sample(logits: torch.Tensor, rows: Sequence[HostRow], tensors: SamplingTensors) -> HostSample:
+    """Process and sample the rows' logits ([N, vocab]); logprobs for the rows that ask."""
+    raw = logits.float()
+    processed = process_logits(raw, rows)
+    tokens = select_tokens(processed, tensors, variant_for([r.params for r in rows]))
+    logprobs: list[TokenLogprobs | None] = [None] * len(rows)
+    asking = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
+    if asking:
+        lp = torch.log_softmax(raw[asking], dim=-1)
+        chosen = tokens[asking]
+        chosen_lp = lp.gather(1, chosen.unsqueeze(1))
+        ranks = (lp >= chosen_lp).sum(dim=-1)
+        top_n = max(rows[i].params.logprobs or 0 for i in asking)
+        top = torch.topk(lp, top_n, dim=-1) if top_n else None
+        for k, i in enumerate(asking):
+            n = rows[i].params.logprobs or 0
+            alternatives = () if top is None else tuple(
+                zip(top.indices[k, :n].tolist(), top.values[k, :n].tolist(), strict=True))
+            logprobs[i] = TokenLogprobs(int(chosen[k]), float(chosen_lp[k, 0]), int(ranks[k]), alternatives)
+    return HostSample(tokens, tuple(logprobs))
