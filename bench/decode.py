@@ -81,15 +81,18 @@ def step_times(model: LoadedModel, trace_mode: TraceModeName, batch: int, contex
 
 
 def engine_throughput(model_dir: Path, dtype: str, device: str, concurrency: int, max_tokens: int,
-                      async_scheduling: bool = False, lanes: int = 1) -> float:
+                      async_scheduling: bool = False, lanes: int = 1, sampling: dict[str, Any] | None = None,
+                      **options: Any) -> float:
     """Output tokens/s of the engine serving `concurrency` requests queued before it starts, over
-    `lanes` lanes of concurrency / lanes sequences each."""
+    `lanes` lanes of concurrency / lanes sequences each; `sampling`: SamplingParams fields of every
+    request (default: temperature 1), `options`: more EngineConfig fields."""
     from tt_backend.engine.builder import build_engine, encode_chat
     from tt_backend.sampling.params import SamplingParams
 
     engine = build_engine(EngineConfig(model=str(model_dir), dtype=dtype, device=device,  # type: ignore[arg-type]
                                        max_model_len=1024, max_num_seqs=concurrency // lanes,
-                                       data_parallel_size=lanes, async_scheduling=async_scheduling))
+                                       data_parallel_size=lanes, async_scheduling=async_scheduling,
+                                       **options))
     done = threading.Semaphore(0)
     tokens = [0]
 
@@ -99,8 +102,9 @@ def engine_throughput(model_dir: Path, dtype: str, device: str, concurrency: int
             done.release()
 
     prompt = encode_chat(engine.tokenizer, "Tell me a long story about a lighthouse keeper and the sea.")
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, **(sampling or {}))
     for i in range(concurrency):
-        engine.add_request(f"r{i}", prompt, SamplingParams(max_tokens=max_tokens, ignore_eos=True), on_output)
+        engine.add_request(f"r{i}", prompt, params, on_output)
     start = time.perf_counter()
     engine.start()
     for _ in range(concurrency):

@@ -27,6 +27,7 @@ import torch
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 StepFn = Callable[..., torch.Tensor]
+_Graph = torch.jit.ScriptFunction | torch.jit.ScriptModule
 _Jobs = queue.SimpleQueue[tuple[Callable[[], torch.Tensor], Future[torch.Tensor]] | None]
 
 
@@ -56,6 +57,29 @@ class Launched(Protocol):
     def device_value(self) -> torch.Tensor:
         """The result where the device holds it, for work launched after this one (which runs
         after it, in device order)."""
+
+
+class _ComposedCapture:
+    """A two-stage step replayed as its body's graph, then its head's graph on the body's output."""
+
+    def __init__(self, body: _ScriptCapture, head: torch.jit.ScriptFunction | torch.jit.ScriptModule,
+                 head_inputs: tuple[torch.Tensor, ...]) -> None:
+        self._body: _ScriptCapture | None = body
+        self._head = head
+        self._head_inputs = head_inputs
+
+    def replay(self) -> torch.Tensor:
+        assert self._body is not None, "replay of a released capture"
+        logits = self._body.replay()
+        with torch.jit.optimized_execution(False):
+            out: torch.Tensor = self._head(logits, *self._head_inputs)
+        return out
+
+    def release(self) -> None:
+        if self._body is not None:
+            self._body.release()
+        self._body = None
+        self._head_inputs = ()
 
 
 class _ScriptCapture:
@@ -152,13 +176,28 @@ class TorchDevice:
         # Measured on the default model (bench/decode.py): a TorchScript trace removes the Python
         # dispatch of ~900 ops per step; torch.compile (inductor) took 72 s per shape to compile
         # and ran 1.6 s per step (it copies the whole KV cache it mutates), so it is not used.
+        body, head, split = getattr(fn, "body", None), getattr(fn, "head", None), getattr(fn, "head_from", 0)
+        if body is None or head is None:
+            return _ScriptCapture(self._trace(fn, inputs), inputs)
+        # A two-stage step (the model, then sampling): the model's trace (~1 s) is shared by every
+        # stage after it, and each head traces in milliseconds.
+        body_capture = _ScriptCapture(self._trace(body, inputs), inputs)
+        head_inputs = inputs[split:]
+        graph = self._graphs.get(head)
+        if graph is None:
+            with torch.inference_mode():
+                example = body_capture.replay()
+            graph = self._trace(head, (example, *head_inputs))
+        return _ComposedCapture(body_capture, graph, head_inputs)
+
+    def _trace(self, fn: StepFn, inputs: tuple[torch.Tensor, ...]) -> _Graph:
         graph = self._graphs.get(fn)
         if graph is None:
             with torch.inference_mode(), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch.jit: see above
                 graph = torch.jit.trace(fn, inputs, check_trace=False)
             self._graphs[fn] = graph
-        return _ScriptCapture(graph, inputs)
+        return graph
 
     def _capture_cuda(self, fn: StepFn, inputs: tuple[torch.Tensor, ...]) -> Capture:
         if self._pool is None:

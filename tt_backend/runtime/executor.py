@@ -23,34 +23,68 @@ from tt_backend.runtime.plan import StepPlan
 from tt_backend.runtime.prefill_plan import plan_prefill
 from tt_backend.runtime.program_compiler import ProgramCompiler
 from tt_backend.runtime.trace_compiler import TraceCompiler
-from tt_backend.sampling.device_sampler import DEVICE_VARIANTS, SamplingTensors, StepVariant, select_tokens
+from tt_backend.sampling.device_sampler import (
+    DEVICE_VARIANTS,
+    DeviceVariant,
+    SamplingTensors,
+    StepVariant,
+    select_tokens,
+)
 
 
 class ModelStep(nn.Module):
-    """The model's forward over flat tensors, and for a device variant the token choice after it:
-    what programs compile and traces capture."""
+    """The model's forward over flat tensors: the `logits` variant of the step, and what programs
+    compile and traces capture. It takes the step's sampling inputs too and ignores them."""
 
-    def __init__(self, model: nn.Module, variant: StepVariant = "logits") -> None:
+    def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.variant = variant
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                 block_tables: torch.Tensor, context_lens: torch.Tensor, logits_indices: torch.Tensor,
-                kv_cache: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                min_p: torch.Tensor, seed: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+                kv_cache: torch.Tensor, *sampling: torch.Tensor) -> torch.Tensor:
         batch = ForwardBatch(input_ids, positions, slot_mapping, block_tables, context_lens, logits_indices)
         logits: torch.Tensor = self.model(batch, kv_cache)
-        if self.variant == "logits":
-            return logits
+        return logits
+
+
+class SamplingHead(nn.Module):
+    """Token choice over a step's logits, for one device variant."""
+
+    def __init__(self, variant: DeviceVariant) -> None:
+        super().__init__()
+        self.variant: DeviceVariant = variant
+
+    def forward(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
+                top_p: torch.Tensor, min_p: torch.Tensor, seed: torch.Tensor,
+                counter: torch.Tensor) -> torch.Tensor:
         sampling = SamplingTensors(temperature, top_k, top_p, min_p, seed, counter)
         return select_tokens(logits, sampling, self.variant)
 
 
-def model_steps(model: nn.Module) -> dict[StepVariant, ModelStep]:
+class SampledStep(nn.Module):
+    """A device variant of the step: the model, then the token choice, as one step. A device may
+    capture `body` once for every variant and `head` per variant (see TorchDevice.capture)."""
+
+    head_from = 7
+    """The head reads the body's output, then the step's inputs from this index (the sampling ones)."""
+
+    def __init__(self, body: ModelStep, variant: DeviceVariant) -> None:
+        super().__init__()
+        self.body = body
+        self.head = SamplingHead(variant)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        tokens: torch.Tensor = self.head(self.body(*inputs), *inputs[self.head_from:])
+        return tokens
+
+
+def model_steps(model: nn.Module) -> dict[StepVariant, nn.Module]:
     """One step function per variant, over the same model."""
-    variants: tuple[StepVariant, ...] = ("logits", *DEVICE_VARIANTS)
-    return {variant: ModelStep(model, variant) for variant in variants}
+    body = ModelStep(model)
+    steps: dict[StepVariant, nn.Module] = {"logits": body}
+    steps.update({variant: SampledStep(body, variant) for variant in DEVICE_VARIANTS})
+    return steps
 
 
 @dataclass(frozen=True)
@@ -80,7 +114,7 @@ class PreparedCall:
 
 
 class EagerExecutor:
-    def __init__(self, steps: dict[StepVariant, ModelStep], kv: PagedKVCacheManager, device: torch.device,
+    def __init__(self, steps: dict[StepVariant, nn.Module], kv: PagedKVCacheManager, device: torch.device,
                  decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
                  programs: ProgramCompiler) -> None:
         self.steps = steps
@@ -121,7 +155,8 @@ class EagerExecutor:
 
     def run_inputs(self, inputs: ForwardBatch, sampling: SamplingTensors,
                    variant: StepVariant = "logits") -> torch.Tensor:
-        return self.steps[variant](*inputs.tensors, self.kv.context.cache, *sampling.tensors)
+        out: torch.Tensor = self.steps[variant](*inputs.tensors, self.kv.context.cache, *sampling.tensors)
+        return out
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
