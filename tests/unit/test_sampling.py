@@ -8,7 +8,14 @@ import math
 import pytest
 import torch
 
-from tt_backend.sampling.device_sampler import SamplingTensors, select_tokens, uniform, variant_for
+from tt_backend.sampling.device_sampler import (
+    CANDIDATES,
+    SamplingTensors,
+    _threshold,
+    select_tokens,
+    uniform,
+    variant_for,
+)
 from tt_backend.sampling.host_sampler import HostRow, bad_word_token_ids, host_sample, process_logits
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.processors import register
@@ -155,3 +162,30 @@ def test_host_and_device_paths_choose_the_same_tokens() -> None:
     device = select_tokens(logits, tensors, variant_for(params))
     host = host_sample(logits, [HostRow(p, (), ()) for p in params], tensors)
     assert torch.equal(device, host.tokens)
+
+
+@pytest.mark.parametrize("peaked", [True, False], ids=["peaked", "flat"])
+def test_candidate_thresholds_give_the_full_sorts_tokens(peaked: bool) -> None:
+    """Top-k/top-p look among the 256 most likely tokens first; rows whose threshold lies beyond
+    them (top_k > 256, top_p near 1 over flat logits) take the full sort. Same tokens either way."""
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(12, 5000, generator=gen) * (6.0 if peaked else 0.5)
+    params = [SamplingParams(top_k=k, top_p=p, temperature=t, min_p=m)
+              for k, p, t, m in [(0, 0.9, 1.0, 0.0), (40, 1.0, 0.8, 0.0), (300, 1.0, 1.0, 0.0),
+                                 (0, 0.999, 1.2, 0.0), (50, 0.5, 0.7, 0.0), (0, 0.95, 1.0, 0.05),
+                                 (1000, 0.9, 1.0, 0.0), (0, 0.3, 2.0, 0.0), (256, 1.0, 1.0, 0.0),
+                                 (0, 1.0, 1.0, 0.0), (5, 0.99, 1.5, 0.0), (0, 0.6, 0.9, 0.01)]]
+    for counter in range(5):
+        tensors = SamplingTensors.build(params, list(range(12)), [counter] * 12)
+        branching = select_tokens(logits, tensors, "sample_filtered", may_branch=True)
+        assert torch.equal(branching, select_tokens(logits, tensors, "sample_filtered"))
+        single = [select_tokens(logits[i:i + 1], SamplingTensors.build([p], [i], [counter]),
+                                "sample_filtered", may_branch=True)[0] for i, p in enumerate(params)]
+        assert torch.equal(branching, torch.stack(single))  # alone, most rows skip the full sort
+    probs = torch.softmax(logits, -1)
+    tensors = SamplingTensors.build(params, list(range(12)), [0] * 12)
+    _, exact = _threshold(torch.topk(probs, CANDIDATES).values, probs.sum(-1), tensors.top_k, tensors.top_p)
+    # Rows 2 and 6 ask for top_k > 256. Over flat logits the 256 most likely of 5000 tokens hold
+    # too little mass for any top_p without a small top_k: rows 0, 3, 5, 7 and 11 need the sort.
+    beyond = {2, 6} if peaked else {0, 2, 3, 5, 6, 7, 11}
+    assert exact.tolist() == [r not in beyond for r in range(12)]

@@ -62,8 +62,7 @@ class Launched(Protocol):
 class _ComposedCapture:
     """A two-stage step replayed as its body's graph, then its head's graph on the body's output."""
 
-    def __init__(self, body: _ScriptCapture, head: torch.jit.ScriptFunction | torch.jit.ScriptModule,
-                 head_inputs: tuple[torch.Tensor, ...]) -> None:
+    def __init__(self, body: _ScriptCapture, head: StepFn, head_inputs: tuple[torch.Tensor, ...]) -> None:
         self._body: _ScriptCapture | None = body
         self._head = head
         self._head_inputs = head_inputs
@@ -183,6 +182,8 @@ class TorchDevice:
         # stage after it, and each head traces in milliseconds.
         body_capture = _ScriptCapture(self._trace(body, inputs), inputs)
         head_inputs = inputs[split:]
+        if not getattr(head, "traceable", True):  # it branches on the host: runs as it is
+            return _ComposedCapture(body_capture, head, head_inputs)
         graph = self._graphs.get(head)
         if graph is None:
             with torch.inference_mode():

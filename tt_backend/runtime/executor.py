@@ -49,17 +49,21 @@ class ModelStep(nn.Module):
 
 
 class SamplingHead(nn.Module):
-    """Token choice over a step's logits, for one device variant."""
+    """Token choice over a step's logits, for one device variant. With `may_branch` (a step that
+    runs on the host: the CPU) top-k/top-p may decide on the host to skip the full sort; such a
+    head is not traceable, and a device runs it as it is after the traced model."""
 
-    def __init__(self, variant: DeviceVariant) -> None:
+    def __init__(self, variant: DeviceVariant, may_branch: bool = False) -> None:
         super().__init__()
         self.variant: DeviceVariant = variant
+        self.may_branch = may_branch
+        self.traceable = not (may_branch and variant == "sample_filtered")
 
     def forward(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                 top_p: torch.Tensor, min_p: torch.Tensor, seed: torch.Tensor,
                 counter: torch.Tensor) -> torch.Tensor:
         sampling = SamplingTensors(temperature, top_k, top_p, min_p, seed, counter)
-        return select_tokens(logits, sampling, self.variant)
+        return select_tokens(logits, sampling, self.variant, self.may_branch)
 
 
 class SampledStep(nn.Module):
@@ -69,21 +73,23 @@ class SampledStep(nn.Module):
     head_from = 7
     """The head reads the body's output, then the step's inputs from this index (the sampling ones)."""
 
-    def __init__(self, body: ModelStep, variant: DeviceVariant) -> None:
+    def __init__(self, body: ModelStep, variant: DeviceVariant, may_branch: bool = False) -> None:
         super().__init__()
         self.body = body
-        self.head = SamplingHead(variant)
+        self.head = SamplingHead(variant, may_branch)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         tokens: torch.Tensor = self.head(self.body(*inputs), *inputs[self.head_from:])
         return tokens
 
 
-def model_steps(model: nn.Module) -> dict[StepVariant, nn.Module]:
-    """One step function per variant, over the same model."""
+def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[StepVariant, nn.Module]:
+    """One step function per variant, over the same model. On the CPU the sampling head may
+    branch on the host (the step runs there); a CUDA step is one graph and may not."""
     body = ModelStep(model)
+    may_branch = device is None or device.type == "cpu"
     steps: dict[StepVariant, nn.Module] = {"logits": body}
-    steps.update({variant: SampledStep(body, variant) for variant in DEVICE_VARIANTS})
+    steps.update({variant: SampledStep(body, variant, may_branch) for variant in DEVICE_VARIANTS})
     return steps
 
 

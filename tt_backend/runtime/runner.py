@@ -48,7 +48,7 @@ class ModelRunner:
         self.sampling = sampling or SamplingConfig.resolve("all")
         self.kv = PagedKVCacheManager(kv_config, layout, device.device)
         self.programs = ProgramCompiler(self.kv)
-        steps = model_steps(model)
+        steps = model_steps(model, device.device)
         self.eager = EagerExecutor(steps, self.kv, device.device, decode, prefill, self.programs)
         self.traces = TraceCompiler(self.programs, device, steps, self.kv) if trace.decode else None
         self.traced = TracedExecutor(self.eager, self.traces) if self.traces is not None else None

@@ -10,8 +10,10 @@ processed logits, so both paths agree token for token.
 Variants (the step's "sampling material", part of its trace identity):
 - `greedy`: argmax only.
 - `sample`: temperature and min-p (no sort; ~1 ms over 32 rows of a 49k vocabulary here).
-- `sample_filtered`: also top-k and top-p, which need a sort of every row (~47 ms over 32 rows
-  here, as vLLM's sampler pays); chosen only for batches that ask for them.
+- `sample_filtered`: also top-k and top-p. Their thresholds are looked for among the 256 most
+  likely tokens (a partial sort) where the step may branch on the host (CPU); a row whose
+  threshold lies beyond them, and every row in a CUDA graph, uses the full sort (~47 ms over 32
+  rows of this vocabulary on this CPU, as vLLM's sampler pays).
 All variants give the same token for the same row: a row without top-k/top-p is unaffected by
 the filters (its thresholds are -inf), and a greedy row is argmax in every variant.
 """
@@ -106,8 +108,17 @@ def variant_for(params: list[SamplingParams]) -> DeviceVariant:
     return "sample_filtered" if any(p.filtered for p in params) else "sample"
 
 
-def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: DeviceVariant) -> torch.Tensor:
-    """Token ids [B] (int64) from logits [B, V]; tensor ops only, so it traces."""
+CANDIDATES = 256
+"""Top-k/top-p first look for their thresholds among this many most likely tokens (a partial
+sort); only a row whose threshold lies beyond them needs the full sort."""
+
+
+def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: DeviceVariant,
+                  may_branch: bool = False) -> torch.Tensor:
+    """Token ids [B] (int64) from logits [B, V]. Without `may_branch` it is tensor ops only, so it
+    traces (a CUDA graph); with it, top-k/top-p try the candidates first and fall back to the full
+    sort only when a row needs it (a host decision: for the CPU, where the step runs on the host
+    anyway). Both give the same tokens."""
     logits = logits.float()
     argmax = logits.argmax(dim=-1)
     if variant == "greedy":
@@ -118,7 +129,18 @@ def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: DeviceVaria
     # min-p: drop what is below min_p times the most likely token's probability.
     keep = probs >= (s.min_p * probs.max(dim=-1).values).unsqueeze(1)
     if variant == "sample_filtered":
-        keep = keep & _top_k_top_p(probs.masked_fill(~keep, 0.0), s.top_k, s.top_p)
+        kept = probs.masked_fill(~keep, 0.0)
+        total = kept.sum(dim=-1)
+        threshold = None
+        if may_branch and CANDIDATES < kept.shape[1]:
+            candidates = torch.topk(kept, CANDIDATES, dim=-1).values
+            threshold, exact = _threshold(candidates, total, s.top_k, s.top_p)
+            if not bool(exact.all()):
+                threshold = None
+        if threshold is None:
+            ordered = torch.sort(kept, dim=-1, descending=True).values
+            threshold, _ = _threshold(ordered, total, s.top_k, s.top_p)
+        keep = keep & (probs >= threshold.unsqueeze(1))
     probs = probs.masked_fill(~keep, 0.0)
     cdf = probs.cumsum(dim=-1)
     target = (uniform(s.seed, s.counter) * cdf[:, -1].double()).float().unsqueeze(1)
@@ -126,20 +148,27 @@ def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: DeviceVaria
     return torch.where(greedy, argmax, sampled)
 
 
-def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Mask of the tokens top-k, then top-p over the renormalised top-k, keep (vLLM's order).
-    Ties at a threshold are kept together."""
-    vocab = probs.shape[1]
-    ordered = torch.sort(probs, dim=-1, descending=True).values
-    k = torch.where(top_k > 0, top_k.clamp(max=vocab), torch.full_like(top_k, vocab))
-    kth = ordered.gather(1, (k - 1).unsqueeze(1))
-    ranks = torch.arange(vocab, device=probs.device).unsqueeze(0)
-    ordered = ordered.masked_fill(ranks >= k.unsqueeze(1), 0.0)
-    mass_before = ordered.cumsum(dim=-1) - ordered  # exclusive prefix mass, descending order
-    total = ordered.sum(dim=-1, keepdim=True)
-    within = (mass_before < top_p.unsqueeze(1) * total) | (top_p >= 1).unsqueeze(1)
-    inside = within & (ordered > 0)
+def _threshold(ordered: torch.Tensor, total: torch.Tensor, top_k: torch.Tensor,
+               top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probability below which top-k, then top-p over the renormalised top-k (vLLM's order),
+    drop tokens; ties at it are kept together. `ordered`: the most likely probabilities in
+    descending order (all of them, or a leading part); `total`: each row's whole mass. Also
+    whether each row's threshold lies within `ordered` (always, when it holds every token).
+    Every quantity is a prefix computation over `ordered`, so a leading part gives bit-for-bit
+    what the whole does whenever it suffices."""
+    width = ordered.shape[1]
+    has_k = top_k > 0
+    k = torch.where(has_k, top_k.clamp(max=width), torch.full_like(top_k, width))
+    ranks = torch.arange(width, device=ordered.device).unsqueeze(0)
+    cut = ordered.masked_fill(ranks >= k.unsqueeze(1), 0.0)
+    cumulative = cut.cumsum(dim=-1)
+    kth = ordered.gather(1, (k - 1).unsqueeze(1)).squeeze(1)
+    mass = torch.where(has_k, cumulative.gather(1, (k - 1).unsqueeze(1)).squeeze(1), total)
+    inside = ((cumulative - cut) < (top_p * mass).unsqueeze(1)) & (cut > 0)
     inside[:, 0] = True  # the most likely token always stays
-    last = inside.sum(dim=-1, keepdim=True) - 1
-    threshold = torch.maximum(ordered.gather(1, last), kth)
-    return probs >= threshold
+    count = inside.sum(dim=-1)
+    last = cut.gather(1, (count - 1).unsqueeze(1)).squeeze(1)
+    zero = torch.zeros_like(last)
+    threshold = torch.maximum(torch.where(has_k, kth, zero), torch.where(top_p < 1, last, zero))
+    exact = (top_k <= width) & ((top_p >= 1) | (count < width))
+    return threshold, exact

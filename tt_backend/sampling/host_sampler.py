@@ -113,7 +113,7 @@ def host_sample(logits: torch.Tensor, rows: Sequence[HostRow], tensors: Sampling
     """Process and sample the rows' logits ([N, vocab]); logprobs for the rows that ask."""
     raw = logits.float()
     processed = process_logits(raw, rows)
-    tokens = select_tokens(processed, tensors, variant_for([r.params for r in rows]))
+    tokens = select_tokens(processed, tensors, variant_for([r.params for r in rows]), may_branch=True)
     logprobs: list[TokenLogprobs | None] = [None] * len(rows)
     asking = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
     if asking:
