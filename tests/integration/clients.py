@@ -96,6 +96,20 @@ def scrape(url: str) -> dict[str, float]:
     return values
 
 
+def idle_scrape(url: str, timeout: float = 10) -> dict[str, float]:
+    """A scrape taken once no request runs or waits on any lane. A client sees a request's last
+    response before the engine's report of that step reaches the metrics; the report that sets
+    the running gauge to 0 also counts the finish, so after this every earlier request is counted."""
+    deadline = time.monotonic() + timeout
+    while True:
+        values = scrape(url)
+        busy = sum(v for k, v in values.items()
+                   if k.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{")))
+        if busy == 0 or time.monotonic() > deadline:
+            return values
+        time.sleep(0.1)
+
+
 def series(name: str, **labels: str) -> str:
     """The key `scrape` uses for one series (labels sorted, as Triton prints them)."""
     body = ",".join(f'{k}="{v}"' for k, v in sorted({"model": "tt_llm", "lane": "0", **labels}.items()))

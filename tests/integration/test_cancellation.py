@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.integration.clients import grpc_stream, infer_input, scrape, series, wait_for_metrics
+from tests.integration.clients import grpc_stream, idle_scrape, infer_input, scrape, series, wait_for_metrics
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def test_cancelled_streams_free_their_kv_and_others_are_unaffected(server: Serve
     prompts = [chat_ids(f"Tell me a fact about the number {i}.") for i in range(N)]
     keep = range(0, N, 2)
     alone = {i: grpc_stream(server.grpc, "tt_llm", inputs(prompts[i]), timeout=300).ids() for i in keep}
-    before = scrape(server.metrics)
+    before = idle_scrape(server.metrics)
     results: dict[int, list[int]] = {}
 
     def run(i: int) -> None:

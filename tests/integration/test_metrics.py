@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.clients import grpc_stream, http_generate, scrape, series, wait_for_metrics
+from tests.integration.clients import (
+    grpc_stream,
+    http_generate,
+    idle_scrape,
+    scrape,
+    series,
+    wait_for_metrics,
+)
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -41,7 +48,7 @@ def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_id
     text = f"Unique prompt {random.randrange(10**9)}: {words}"
     n_prompt = len(tokenizer(text).input_ids)
     params = json.dumps({"temperature": 0, "max_tokens": 7, "ignore_eos": True})
-    before = scrape(server.metrics)
+    before = idle_scrape(server.metrics)
     for _ in range(2):  # the second finds the first one's full blocks cached
         response = http_generate(server.http, "tt_llm", {"text_input": text, "sampling_parameters": params})
         assert response["status"] == 200
@@ -72,7 +79,7 @@ def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_id
 
     # A request that ends on EOS: the EOS token counts as a generated token.
     ids = chat_ids("Say OK.")
-    before = scrape(server.metrics)
+    before = idle_scrape(server.metrics)
     stop = grpc_stream(server.grpc, "tt_llm", {"input_ids": np.array(ids, dtype=np.int32),
                                                "max_tokens": np.array([64], dtype=np.int32),
                                                "stream": np.array([True])})

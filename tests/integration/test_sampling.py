@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import CHAT_PROMPTS
-from tests.integration.clients import StreamResult, grpc_stream, http_generate, s, scrape, series
+from tests.integration.clients import StreamResult, grpc_stream, http_generate, idle_scrape, s, scrape, series
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ def concurrently(server: Server, requests: list[dict[str, np.ndarray]]) -> list[
 def test_mixed_batch_takes_the_host_path_and_plain_outputs_stay_the_same(server: Server) -> None:
     alone = [r.text() for r in concurrently(server, [plain(i) for i in range(3)])]
     fallbacks = series("tt:host_sampling_fallbacks_total")
-    before = scrape(server.metrics).get(fallbacks, 0.0)
+    before = idle_scrape(server.metrics).get(fallbacks, 0.0)
     mixed = concurrently(server, [plain(i) for i in range(3)] + [with_logprobs()])
     assert [r.text() for r in mixed[:3]] == alone
     assert all("logprobs" not in response for r in mixed[:3] for response in r.responses)
