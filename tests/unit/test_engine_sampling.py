@@ -172,3 +172,23 @@ def test_token_ids_outside_the_vocabulary_are_refused(device_path: Served) -> No
         engine.add_request("bad", [1, 2], SamplingParams(logit_bias=((999999, 1.0),)), lambda out: None)
     with pytest.raises(ValueError, match="logits_processors names 'nope', which is not registered"):
         engine.add_request("bad", [1, 2], SamplingParams(logits_processors=("nope",)), lambda out: None)
+
+
+@pytest.mark.parametrize("mode, host_steps", [("decode_only", 1), ("none", 6)])
+def test_sample_on_device_mode_names_the_operations_that_sample_inside_the_step(
+        mode: str, host_steps: int, chat_ids: Any) -> None:
+    """One greedy request of 6 tokens: 1 prefill step and 5 decode steps."""
+    served = next(started(sample_on_device_mode=mode))
+    try:
+        outs = served.generate([(chat_ids(CHAT_PROMPTS[0]), SamplingParams(max_tokens=6, temperature=0.0,
+                                                                           ignore_eos=True))])
+        assert len(token_ids(outs[0])) == 6
+        assert served.engine.host_sampling_steps == host_steps
+    finally:
+        served.engine.shutdown()
+
+
+def test_an_unknown_sample_on_device_mode_is_refused() -> None:
+    message = "sample_on_device_mode='sometimes' is not one of all, decode_only, none"
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(sample_on_device_mode="sometimes")  # type: ignore[arg-type]
