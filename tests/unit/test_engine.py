@@ -1,6 +1,7 @@
 """The engine without Triton: greedy fp32 output equals HF generate, also under KV pressure."""
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,10 +24,9 @@ def run(config: EngineConfig, prompts: list[list[int]], params: SamplingParams,
     return serve(build_engine(config), requests, min_preemptions, queue_before_start)
 
 
-def serve(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], min_preemptions: int = 0,
-          queue_before_start: bool = False) -> list[list[RequestOutput]]:
-    """With `queue_before_start`, every request is queued before the engine thread starts, so
-    runs of different settings batch them the same way."""
+def generate(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], prefix: str = "r",
+             then: Callable[[], None] | None = None) -> list[list[RequestOutput]]:
+    """Add the requests (ids `prefix0`, `prefix1`, ...), call `then`, and wait for every output."""
     outputs: list[list[RequestOutput]] = [[] for _ in requests]
     done = threading.Semaphore(0)
 
@@ -37,15 +37,23 @@ def serve(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], m
                 done.release()
         return on_output
 
+    for i, (ids, params) in enumerate(requests):
+        engine.add_request(f"{prefix}{i}", ids, params, collect(i))
+    if then is not None:
+        then()
+    for _ in requests:
+        assert done.acquire(timeout=120)
+    return outputs
+
+
+def serve(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], min_preemptions: int = 0,
+          queue_before_start: bool = False) -> list[list[RequestOutput]]:
+    """With `queue_before_start`, every request is queued before the engine thread starts, so
+    runs of different settings batch them the same way."""
     if not queue_before_start:
         engine.start()
     try:
-        for i, (ids, params) in enumerate(requests):
-            engine.add_request(f"r{i}", ids, params, collect(i))
-        if queue_before_start:
-            engine.start()
-        for _ in requests:
-            assert done.acquire(timeout=120)
+        outputs = generate(engine, requests, then=engine.start if queue_before_start else None)
     finally:
         engine.shutdown()
     assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)

@@ -4,7 +4,6 @@ bad words."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import CHAT_PROMPTS
+from tests.unit.test_engine import generate
 from tt_backend.config import EngineConfig
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
@@ -28,21 +28,8 @@ class Served:
         self._ids = 0
 
     def generate(self, requests: list[tuple[list[int], SamplingParams]]) -> list[list[RequestOutput]]:
-        outputs: list[list[RequestOutput]] = [[] for _ in requests]
-        done = threading.Semaphore(0)
-
-        def collect(i: int) -> Any:
-            def on_output(out: RequestOutput) -> None:
-                outputs[i].append(out)
-                if out.finished:
-                    done.release()
-            return on_output
-
-        for i, (ids, params) in enumerate(requests):
-            self._ids += 1
-            self.engine.add_request(f"q{self._ids}", ids, params, collect(i))
-        for _ in requests:
-            assert done.acquire(timeout=120)
+        self._ids += 1
+        outputs = generate(self.engine, requests, prefix=f"q{self._ids}-")
         lanes = self.engine.scheduler.lanes
         assert all(lane.pool.num_free == lane.pool.num_blocks for lane in lanes)
         return outputs
