@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import CHAT_PROMPTS
-from tests.integration.clients import StreamResult, grpc_stream, http_generate, idle_scrape, s, scrape, series
+from tests.integration.clients import StreamResult, grpc_stream, http_generate, idle_scrape, s, series
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -54,8 +54,9 @@ def test_mixed_batch_takes_the_host_path_and_plain_outputs_stay_the_same(server:
     mixed = concurrently(server, [plain(i) for i in range(3)] + [with_logprobs()])
     assert [r.text() for r in mixed[:3]] == alone
     assert all("logprobs" not in response for r in mixed[:3] for response in r.responses)
-    # every step holding the logprobs request sampled on the host (its prefill and its decodes)
-    assert scrape(server.metrics)[fallbacks] - before >= MAX_TOKENS
+    # exactly the steps holding the logprobs request sampled on the host: its prefill and 11 decodes
+    # (idle_scrape: the last step's report reaches the metrics after its response)
+    assert idle_scrape(server.metrics)[fallbacks] - before == MAX_TOKENS
 
     positions = [p for response in mixed[3].responses
                  for p in json.loads(response["logprobs"].reshape(-1)[0].decode("utf-8"))]
