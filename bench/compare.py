@@ -105,11 +105,12 @@ def start_vllm(model_dir: Path, port: int, max_model_len: int) -> subprocess.Pop
     return proc
 
 
-def start_ours(port: int) -> subprocess.Popen[bytes]:
+def start_ours(port: int, settings: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     log = RESULTS / "ours_server.log"
+    extra = [arg for setting in settings for arg in ("--set", setting)]
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(port),
                              "--grpc-port", str(port + 1), "--metrics-port", str(port + 2),
-                             "--set", "enable_prefix_caching=false"],
+                             "--set", "enable_prefix_caching=false", *extra],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True)
     wait_http(f"http://127.0.0.1:{port}/v2/health/ready", proc, log)
@@ -235,6 +236,8 @@ def main() -> None:
     parser.add_argument("--only", choices=("ours", "vllm"), default=None,
                         help="run one server; the other's numbers come from the last compare.json")
     parser.add_argument("--port", type=int, default=18200)
+    parser.add_argument("--ours-set", action="append", default=[], metavar="OPTION=VALUE",
+                        help="an engine option for our server (repeatable), e.g. async_scheduling=true")
     args = parser.parse_args()
     from tt_backend.engine.builder import load_tokenizer
     from tt_backend.models.checkpoint import resolve_model_dir
@@ -253,7 +256,8 @@ def main() -> None:
     for name, (start, stream) in servers.items():
         if args.only and name != args.only:
             continue
-        proc = start(model_dir, args.port, 2048) if name == "vllm" else start(args.port)  # type: ignore[operator]
+        proc = (start(model_dir, args.port, 2048) if name == "vllm"  # type: ignore[operator]
+                else start(args.port, tuple(args.ours_set)))  # type: ignore[operator]
         try:
             warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
             measure(stream, args.port, warm, 1, 8)  # first-request costs out of the numbers
