@@ -32,8 +32,8 @@ from tt_backend.engine.step_sampling import (
     HostResults,
     RequestSampling,
     SamplingRow,
-    needs_host,
     plan_sampling,
+    samples_on_device,
 )
 from tt_backend.engine.stop_strings import OutputText
 from tt_backend.runtime.executor import StepSampling
@@ -276,7 +276,7 @@ class LLMEngine:
         """Whether a decode step of these requests samples on the device (async decode needs it:
         the host path needs the previous tokens on the host)."""
         rows = [self._live[rid].row for rid in step.request_ids if rid in self._live]
-        return self.runner.sampling.on_device("decode") and not needs_host(rows, ahead)
+        return samples_on_device(self.runner.sampling, "decode", rows, ahead)
 
     def _advance_pipeline(self) -> None:
         """Launch the next decode step if the steady path carries it, then complete the oldest."""

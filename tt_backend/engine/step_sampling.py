@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -55,9 +56,12 @@ class HostResults:
         self.sample: HostSample | None = None
 
 
-def needs_host(rows: Sequence[SamplingRow], ahead: int) -> bool:
-    return any(r.sampling.needs_host(r.request.sampling, len(r.request.output_token_ids) + ahead)
-               for r in rows)
+def samples_on_device(config: SamplingConfig, op: Literal["prefill", "decode"], rows: Sequence[SamplingRow],
+                      ahead: int) -> bool:
+    """Whether a step of these sampling rows takes the device path: the operation may sample on
+    the device and no row needs the host."""
+    return config.on_device(op) and not any(
+        r.sampling.needs_host(r.request.sampling, len(r.request.output_token_ids) + ahead) for r in rows)
 
 
 def plan_sampling(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow | None],
@@ -70,7 +74,7 @@ def plan_sampling(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingR
         [0 if r is None else r.sampling.seed for r in rows],
         [0 if r is None else r.request.num_tokens + ahead for r in rows])
     assert op in ("prefill", "decode")
-    if config.on_device(op) and not needs_host(sampling, ahead):
+    if samples_on_device(config, op, sampling, ahead):
         return StepSampling(variant_for([r.request.sampling for r in sampling]), tensors), None
     results = HostResults()
     host_rows = [HostRow(r.request.sampling, r.request.prompt_token_ids, tuple(r.request.output_token_ids),

@@ -11,7 +11,7 @@ The chain follows vLLM's sampler (v1), so the same request gets the same logits 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,10 +51,10 @@ class HostSample:
     logprobs: tuple[TokenLogprobs | None, ...]
 
 
-def bad_word_token_ids(encode: object, words: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+def bad_word_token_ids(encode: Callable[[str], Sequence[int]],
+                       words: Sequence[str]) -> tuple[tuple[int, ...], ...]:
     """Each bad word as token ids, alone and after a space (vLLM's rule: the spaced form is kept
     only when it tokenizes to as many tokens and starts differently)."""
-    assert callable(encode)
     sequences: list[tuple[int, ...]] = []
     for word in words:
         plain = tuple(encode(word.lstrip()))
