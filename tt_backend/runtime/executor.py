@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tt_backend.models.llama import ForwardBatch
-from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepShape
+from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepKey, StepShape
 from tt_backend.runtime.inputs import prepare_host_inputs, to_device
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.plan import StepPlan
@@ -34,16 +34,20 @@ from tt_backend.sampling.device_sampler import (
 
 class ModelStep(nn.Module):
     """The model's forward over flat tensors: the `logits` variant of the step, and what programs
-    compile and traces capture. It takes the step's sampling inputs too and ignores them."""
+    compile and traces capture. It takes the step's sampling inputs too and ignores them. A decode
+    step tells the model so (`ForwardBatch.decode`), and it is a distinct step from prefill's, so a
+    device that shares one capture across a step's shapes never mixes the two."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, decode: bool = False) -> None:
         super().__init__()
         self.model = model
+        self.decode = decode
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, slot_mapping: torch.Tensor,
                 block_tables: torch.Tensor, context_lens: torch.Tensor, logits_indices: torch.Tensor,
                 kv_cache: torch.Tensor, *sampling: torch.Tensor) -> torch.Tensor:
-        batch = ForwardBatch(input_ids, positions, slot_mapping, block_tables, context_lens, logits_indices)
+        batch = ForwardBatch(input_ids, positions, slot_mapping, block_tables, context_lens, logits_indices,
+                             self.decode)
         logits: torch.Tensor = self.model(batch, kv_cache)
         return logits
 
@@ -83,13 +87,15 @@ class SampledStep(nn.Module):
         return tokens
 
 
-def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[StepVariant, nn.Module]:
-    """One step function per variant, over the same model. On the CPU the sampling head may
-    branch on the host (the step runs there); a CUDA step is one graph and may not."""
-    body = ModelStep(model)
+def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[StepKey, nn.Module]:
+    """One step function per operation and variant, over the same model. On the CPU the sampling
+    head may branch on the host (the step runs there); a CUDA step is one graph and may not."""
     may_branch = device is None or device.type == "cpu"
-    steps: dict[StepVariant, nn.Module] = {"logits": body}
-    steps.update({variant: SampledStep(body, variant, may_branch) for variant in DEVICE_VARIANTS})
+    steps: dict[StepKey, nn.Module] = {}
+    for op in ("prefill", "decode"):
+        body = ModelStep(model, decode=op == "decode")
+        steps[op, "logits"] = body
+        steps.update({(op, variant): SampledStep(body, variant, may_branch) for variant in DEVICE_VARIANTS})
     return steps
 
 
@@ -120,7 +126,7 @@ class PreparedCall:
 
 
 class EagerExecutor:
-    def __init__(self, steps: dict[StepVariant, nn.Module], kv: PagedKVCacheManager, device: torch.device,
+    def __init__(self, steps: dict[StepKey, nn.Module], kv: PagedKVCacheManager, device: torch.device,
                  decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
                  programs: ProgramCompiler) -> None:
         self.steps = steps
@@ -157,11 +163,8 @@ class EagerExecutor:
         inputs = to_device(call.inputs, self.device)
         if feedback is not None:
             inputs = feed_back(inputs, feedback)
-        return self.run_inputs(inputs, call.sampling.to(self.device), call.shape.variant)
-
-    def run_inputs(self, inputs: ForwardBatch, sampling: SamplingTensors,
-                   variant: StepVariant = "logits") -> torch.Tensor:
-        out: torch.Tensor = self.steps[variant](*inputs.tensors, self.kv.context.cache, *sampling.tensors)
+        step, sampling = self.steps[call.shape.step], call.sampling.to(self.device)
+        out: torch.Tensor = step(*inputs.tensors, self.kv.context.cache, *sampling.tensors)
         return out
 
     @torch.inference_mode()

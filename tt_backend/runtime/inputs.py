@@ -47,4 +47,5 @@ def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batc
 def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
     if device.type == "cpu":
         return batch
-    return ForwardBatch(*(t.to(device, non_blocking=True) for t in batch.tensors))
+    ids, positions, slots, tables, lens, indices = (t.to(device, non_blocking=True) for t in batch.tensors)
+    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode)

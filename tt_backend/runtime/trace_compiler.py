@@ -15,10 +15,10 @@ import torch
 
 from tt_backend.devices.torch_device import Capture, StepFn, TorchDevice
 from tt_backend.models.llama import ForwardBatch
-from tt_backend.runtime.config import StepShape
+from tt_backend.runtime.config import StepKey, StepShape
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.program_compiler import ProgramCompiler
-from tt_backend.sampling.device_sampler import SamplingTensors, StepVariant
+from tt_backend.sampling.device_sampler import SamplingTensors
 
 
 class TraceCoverageError(RuntimeError):
@@ -45,7 +45,7 @@ def blank_inputs(shape: StepShape, device: torch.device) -> ForwardBatch:
 
 
 class TraceCompiler:
-    def __init__(self, programs: ProgramCompiler, device: TorchDevice, steps: Mapping[StepVariant, StepFn],
+    def __init__(self, programs: ProgramCompiler, device: TorchDevice, steps: Mapping[StepKey, StepFn],
                  kv: PagedKVCacheManager) -> None:
         self.programs = programs
         self._device = device
@@ -68,7 +68,7 @@ class TraceCompiler:
                          key=lambda t: -t.shape.batch * t.shape.seq_len * t.shape.table_width)
         cache = self._kv.context.cache
         for trace in pending:
-            trace.capture = self._device.capture(self._steps[trace.shape.variant],
+            trace.capture = self._device.capture(self._steps[trace.shape.step],
                                                  (*trace.inputs.tensors, cache, *trace.sampling.tensors))
         self.programs.close_gate()
         return len(pending)

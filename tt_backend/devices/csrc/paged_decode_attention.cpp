@@ -1,0 +1,314 @@
+// Decode attention straight over the paged KV cache, for the torch CPU device.
+//
+// One query token per row attends to its context where it lies in the cache: each (row, kv head) task
+// walks the row's block table, scores every key once, takes the softmax, and sums the values once. The
+// portable path in `models/llama.py` instead gathers every row's blocks into a contiguous copy and runs
+// SDPA on it, which reads and writes the context twice more.
+//
+// Two implementations of one task:
+// - `fast_task`: bf16 with AVX512-BF16 (dot products with vdpbf16ps, 16-lane exp), specialised for head
+//   sizes 64 and 128 and up to 8 query heads per kv head;
+// - `portable_task`: any other case (fp32, fp16, other shapes, other CPUs), written for the compiler's
+//   vectoriser.
+// Both accumulate in fp32 and write the output in the input dtype.
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+#include <immintrin.h>
+#define TT_FAST_BF16 1
+#endif
+
+namespace {
+
+// Where one (row, kv head) task reads and writes. Key p of the row lies in block table[p / block_size],
+// at offset p % block_size; k and v already point at the task's kv head.
+template <typename T>
+struct Task {
+  const T* q;  // [G, D]: the query heads that share this kv head
+  const T* k;
+  const T* v;
+  const int64_t* table;
+  int64_t first, end;  // keys [first, end) are visible
+  int64_t block_size, block_stride, token_stride;
+  float scale;
+  float* scores;  // scratch, G * (end - first)
+  T* out;         // [G, D]
+};
+
+// bf16 is handled as its raw uint16_t bits, so that conversions vectorise.
+inline float to_float(float x) { return x; }
+inline float to_float(c10::Half x) { return static_cast<float>(x); }
+inline float to_float(uint16_t bf16) {
+  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+template <typename T>
+inline T from_float(float x) { return static_cast<T>(x); }
+template <>
+inline uint16_t from_float<uint16_t>(float x) { return c10::BFloat16(x).x; }
+
+// exp(x) for x <= 0, to a few ulp: 2^(x log2 e) = 2^k * 2^f with f in [-0.5, 0.5], 2^f by polynomial.
+inline float exp_nonpositive(float x) {
+  x = x < -87.f ? -87.f : x;
+  const float t = x * 1.44269504088896341f;
+  const float k = __builtin_roundf(t);
+  const float f = t - k;
+  float p = 1.5403530393381606e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.f;
+  int32_t bits;
+  std::memcpy(&bits, &p, sizeof(bits));
+  bits += static_cast<int32_t>(k) << 23;
+  float r;
+  std::memcpy(&r, &bits, sizeof(r));
+  return r;
+}
+
+// Calls fn(i, row) for every visible key in order, i counting from 0 and row pointing at its K (or V)
+// in `base`; block by block, so no division per key.
+template <typename T, typename Fn>
+inline void for_each_key(const T* base, const Task<T>& t, Fn&& fn) {
+  int64_t i = 0;
+  for (int64_t block = t.first / t.block_size; i < t.end - t.first; ++block) {
+    const int64_t offset = block == t.first / t.block_size ? t.first % t.block_size : 0;
+    const int64_t stop = std::min(t.block_size, offset + (t.end - t.first - i));
+    const T* row = base + t.table[block] * t.block_stride + offset * t.token_stride;
+    for (int64_t o = offset; o < stop; ++o, ++i, row += t.token_stride) fn(i, row);
+  }
+}
+
+// Sums in a fixed order: 16 lanes, then the lanes in turn, then the tail. (A vectorised reduction's
+// order would follow the data's alignment, and a row's result would depend on where it lies.)
+constexpr int64_t kLanes = 16;
+
+inline float fold_lanes(const float* lanes) {
+  float s = 0.f;
+  for (int64_t l = 0; l < kLanes; ++l) s += lanes[l];
+  return s;
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
+  float s = fold_lanes(lanes);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Softmax of each query head's scores, in place.
+inline void softmax_rows(float* scores, int64_t G, int64_t count) {
+  for (int64_t g = 0; g < G; ++g) {
+    float* s = scores + g * count;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t i = 0; i < count; ++i) m = s[i] > m ? s[i] : m;
+    float lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= count; i += kLanes)
+      for (int64_t l = 0; l < kLanes; ++l) {
+        s[i + l] = exp_nonpositive(s[i + l] - m);
+        lanes[l] += s[i + l];
+      }
+    float total = fold_lanes(lanes);
+    for (; i < count; ++i) {
+      s[i] = exp_nonpositive(s[i] - m);
+      total += s[i];
+    }
+    const float inv = 1.f / total;
+#pragma omp simd
+    for (int64_t i = 0; i < count; ++i) s[i] *= inv;
+  }
+}
+
+template <typename T>
+void portable_task(const Task<T>& t, int64_t G, int64_t D, float* qf, float* acc, float* row) {
+  const int64_t count = t.end - t.first;
+  for (int64_t i = 0; i < G * D; ++i) qf[i] = to_float(t.q[i]) * t.scale;
+  for_each_key(t.k, t, [&](int64_t i, const T* k) {
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) row[d] = to_float(k[d]);
+    for (int64_t g = 0; g < G; ++g) t.scores[g * count + i] = dot(qf + g * D, row, D);
+  });
+  softmax_rows(t.scores, G, count);
+  std::fill(acc, acc + G * D, 0.f);
+  for_each_key(t.v, t, [&](int64_t i, const T* v) {
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) row[d] = to_float(v[d]);
+    for (int64_t g = 0; g < G; ++g) {
+      const float w = t.scores[g * count + i];
+      float* ag = acc + g * D;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) ag[d] += w * row[d];
+    }
+  });
+  for (int64_t i = 0; i < G * D; ++i) t.out[i] = from_float<T>(acc[i]);
+}
+
+#ifdef TT_FAST_BF16
+inline __m512 bf16x16_to_float(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// G query heads of D = 32 * DP dims; the G x D/16 output accumulators stay in registers.
+template <int G, int DP>
+void fast_task(const Task<uint16_t>& t) {
+  constexpr int D = 32 * DP, DC = 2 * DP;
+  const int64_t count = t.end - t.first;
+  __m512bh q[G][DP];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < DP; ++c) q[g][c] = (__m512bh)_mm512_loadu_si512(t.q + g * D + 32 * c);
+  for_each_key(t.k, t, [&](int64_t i, const uint16_t* k) {
+    __m512bh kc[DP];
+    for (int c = 0; c < DP; ++c) kc[c] = (__m512bh)_mm512_loadu_si512(k + 32 * c);
+    for (int g = 0; g < G; ++g) {
+      __m512 dot = _mm512_setzero_ps();
+      for (int c = 0; c < DP; ++c) dot = _mm512_dpbf16_ps(dot, q[g][c], kc[c]);
+      t.scores[g * count + i] = _mm512_reduce_add_ps(dot) * t.scale;
+    }
+  });
+  softmax_rows(t.scores, G, count);
+  __m512 acc[G][DC];
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < DC; ++c) acc[g][c] = _mm512_setzero_ps();
+  for_each_key(t.v, t, [&](int64_t i, const uint16_t* v) {
+    __m512 vc[DC];
+    for (int c = 0; c < DC; ++c) vc[c] = bf16x16_to_float(v + 16 * c);
+    for (int g = 0; g < G; ++g) {
+      const __m512 w = _mm512_set1_ps(t.scores[g * count + i]);
+      for (int c = 0; c < DC; ++c) acc[g][c] = _mm512_fmadd_ps(w, vc[c], acc[g][c]);
+    }
+  });
+  for (int g = 0; g < G; ++g)
+    for (int c = 0; c < DC; ++c)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.out + g * D + 16 * c),
+                          (__m256i)_mm512_cvtneps_pbh(acc[g][c]));
+}
+
+using FastTask = void (*)(const Task<uint16_t>&);
+
+template <int DP>
+FastTask fast_task_for_groups(int64_t G) {
+  switch (G) {
+    case 1: return fast_task<1, DP>;
+    case 2: return fast_task<2, DP>;
+    case 3: return fast_task<3, DP>;
+    case 4: return fast_task<4, DP>;
+    case 5: return fast_task<5, DP>;
+    case 6: return fast_task<6, DP>;
+    case 7: return fast_task<7, DP>;
+    case 8: return fast_task<8, DP>;
+    default: return nullptr;
+  }
+}
+
+FastTask select_fast_task(int64_t G, int64_t D) {
+  switch (D) {
+    case 64: return fast_task_for_groups<2>(G);
+    case 128: return fast_task_for_groups<4>(G);
+    default: return nullptr;
+  }
+}
+#endif
+
+template <typename T>
+void decode_attention(const T* q, const T* kcache, const T* vcache, const int64_t* tables, const int64_t* lens,
+                      const int64_t* positions, T* out, int64_t B, int64_t H, int64_t KVH, int64_t D,
+                      int64_t block_size, int64_t width, int64_t window, float scale) {
+  const int64_t G = H / KVH;
+#ifdef TT_FAST_BF16
+  FastTask fast = nullptr;
+  if constexpr (std::is_same_v<T, uint16_t>) fast = select_fast_task(G, D);
+#endif
+  at::parallel_for(0, B * KVH, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> qf(G * D), acc(G * D), row(D), scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / KVH, h = task % KVH;
+      // The query at position p sees keys [max(0, p - window + 1), min(context, p + 1)).
+      const int64_t pos = positions[b];
+      const int64_t stop = std::min({lens[b], pos + 1, width * block_size});
+      const int64_t first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      T* o = out + (b * H + h * G) * D;
+      if (stop <= first) {  // a padding row: no keys
+        std::fill(o, o + G * D, from_float<T>(0.f));
+        continue;
+      }
+      scores.resize(G * (stop - first));
+      const Task<T> t{q + (b * H + h * G) * D, kcache + h * D, vcache + h * D, tables + b * width, first, stop,
+                      block_size, block_size * KVH * D, KVH * D, scale, scores.data(), o};
+#ifdef TT_FAST_BF16
+      if constexpr (std::is_same_v<T, uint16_t>) {
+        if (fast != nullptr) {
+          fast(t);
+          continue;
+        }
+      }
+#endif
+      portable_task(t, G, D, qf.data(), acc.data(), row.data());
+    }
+  });
+}
+
+// q: [B, H, D]; kv: [2, num_blocks, block_size, KVH, D] (one layer); block_tables: [B, W];
+// context_lens, positions: [B]; window: sliding window, 0 for none. Returns [B, H, D].
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& block_tables,
+                                  const at::Tensor& context_lens, const at::Tensor& positions, int64_t window,
+                                  double scale) {
+  TORCH_CHECK(q.dim() == 3 && kv.dim() == 5 && block_tables.dim() == 2 && kv.size(0) == 2,
+              "paged_decode_attention: expected q [B, H, D], kv [2, blocks, block_size, kv_heads, D] and "
+              "block_tables [B, W]");
+  TORCH_CHECK(q.scalar_type() == kv.scalar_type(), "paged_decode_attention: q and kv dtypes differ");
+  TORCH_CHECK(kv.is_contiguous(), "paged_decode_attention: the KV cache must be contiguous");
+  const auto qc = q.contiguous();
+  const auto tables = block_tables.to(at::kLong).clamp_min(0).contiguous();
+  const auto lens = context_lens.to(at::kLong).contiguous();
+  const auto pos = positions.to(at::kLong).contiguous();
+  auto out = at::empty_like(qc);
+  const int64_t B = qc.size(0), H = qc.size(1), D = qc.size(2);
+  const int64_t NB = kv.size(1), BS = kv.size(2), KVH = kv.size(3), W = tables.size(1);
+  TORCH_CHECK(H % KVH == 0 && kv.size(4) == D, "paged_decode_attention: head shapes do not match");
+  TORCH_CHECK(lens.size(0) == B && pos.size(0) == B && tables.size(0) == B,
+              "paged_decode_attention: batch sizes do not match");
+  auto run = [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const T* k = static_cast<const T*>(kv.data_ptr());
+    decode_attention<T>(static_cast<const T*>(qc.data_ptr()), k, k + NB * BS * KVH * D, tables.data_ptr<int64_t>(),
+                        lens.data_ptr<int64_t>(), pos.data_ptr<int64_t>(), static_cast<T*>(out.data_ptr()), B, H,
+                        KVH, D, BS, W, window, static_cast<float>(scale));
+  };
+  switch (qc.scalar_type()) {
+    case at::kBFloat16: run(static_cast<uint16_t*>(nullptr)); break;
+    case at::kHalf: run(static_cast<c10::Half*>(nullptr)); break;
+    case at::kFloat: run(static_cast<float*>(nullptr)); break;
+    default: TORCH_CHECK(false, "paged_decode_attention: unsupported dtype ", qc.scalar_type());
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(tt_backend, m) {
+  m.def("paged_decode_attention(Tensor q, Tensor kv, Tensor block_tables, Tensor context_lens, Tensor positions, "
+        "int window, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(tt_backend, CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }
