@@ -17,7 +17,7 @@ Dtype = Literal["bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 TraceModeName = Literal["none", "decode_only", "all"]
 SampleOnDeviceName = Literal["all", "decode_only", "none"]
-AttentionBackendName = Literal["auto", "native", "torch"]
+CpuKernelsName = Literal["auto", "native", "torch"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -71,9 +71,10 @@ class EngineConfig:
     a batch that needs logits on the host (logprobs, penalties, masks...) takes the host path."""
     always_compat_sampling: bool = False
     """Force the host path for every batch (debugging, A/B checks)."""
-    attention_backend: AttentionBackendName = "auto"
-    """Decode attention on the CPU: native (a paged kernel built with the system compiler on first
-    use), torch (gather the blocks, then SDPA), or auto (native when it builds, else torch)."""
+    cpu_kernels: CpuKernelsName = "auto"
+    """On the CPU: native (C++ kernels built with the system compiler on first use: paged decode
+    attention, fused RMSNorm/residual, SiLU x up, RoPE + KV write), torch (torch ops only: the
+    blocks gathered for SDPA), or auto (native when they build, else torch)."""
     logits_processor_modules: str = ""
     """Comma-separated Python modules imported at start; they register custom logits processors."""
     enable_lora: bool = False
@@ -90,7 +91,7 @@ class EngineConfig:
         _check_choice("trace_mode", self.trace_mode, typing.get_args(TraceModeName))
         _check_choice("sample_on_device_mode", self.sample_on_device_mode,
                       typing.get_args(SampleOnDeviceName))
-        _check_choice("attention_backend", self.attention_backend, typing.get_args(AttentionBackendName))
+        _check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:

@@ -28,7 +28,7 @@ def test_parameters_parse_by_field_type() -> None:
     ({"num_speculative_tokens": "4"}, "speculative decoding"),
     ({"max_num_seqs": "64", "max_num_batched_tokens": "32"}, "a full decode step would not fit"),
     ({"decode_steps_between_prefills": "-1"}, "decode_steps_between_prefills must be >= 0"),
-    ({"attention_backend": "flash"}, "attention_backend='flash' is not one of auto, native, torch"),
+    ({"cpu_kernels": "fast"}, "cpu_kernels='fast' is not one of auto, native, torch"),
 ])
 def test_bad_parameters_name_the_option(params: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError) as err:

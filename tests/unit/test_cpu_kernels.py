@@ -1,4 +1,4 @@
-"""The native paged decode-attention kernel against the portable path (gather + SDPA)."""
+"""The native CPU kernels against the torch ops they replace."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tt_backend.devices import cpu_kernels
 from tt_backend.devices.cpu_kernels import load_kernels, paged_decode_attention
-from tt_backend.models.llama import gather_kv
+from tt_backend.models.llama import RMSNorm, _rotate_half, gather_kv, write_kv
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="no C++ compiler: the native kernels cannot be built here")
@@ -103,3 +104,77 @@ def test_bad_shapes_name_the_problem() -> None:
         paged_decode_attention(q[:, :8], kv, tables, lens, lens - 1, 0, 0.125)
     with pytest.raises(RuntimeError, match="dtypes differ"):
         paged_decode_attention(q.bfloat16(), kv, tables, lens, lens - 1, 0, 0.125)
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def torch_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    norm = RMSNorm(x.shape[-1], eps).to(x.dtype)
+    norm.weight.data.copy_(weight)
+    return norm(x)
+
+
+def near(out: torch.Tensor, expected: torch.Tensor) -> None:
+    """Equal up to one rounding step of the dtype (the kernels sum in another order than torch)."""
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    ulp = {torch.float32: 1e-6, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}[out.dtype]
+    torch.testing.assert_close(out.float(), expected.float(), rtol=ulp, atol=ulp)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_and_the_fused_residual_add(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(1)
+    x = (3 * torch.randn(2, 5, 576, generator=gen)).to(dtype)
+    residual = torch.randn(2, 5, 576, generator=gen).to(dtype)
+    weight = (1 + 0.1 * torch.randn(576, generator=gen)).to(dtype)
+    near(cpu_kernels.rms_norm(x, weight, 1e-5), torch_rms_norm(x, weight, 1e-5))
+    normed, total = cpu_kernels.add_rms_norm(x, residual, weight, 1e-5)
+    assert torch.equal(total, x + residual)  # one rounding, as torch's add
+    near(normed, torch_rms_norm(x + residual, weight, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_and_mul(dtype: torch.dtype) -> None:
+    gen = torch.Generator().manual_seed(2)
+    x = (4 * torch.randn(3, 7, 2 * 1536, generator=gen)).to(dtype)
+    x[0, 0, :4] = torch.tensor([-100.0, 100.0, 0.0, -0.0])  # the exp's clamps and zero
+    gate, up = x.chunk(2, dim=-1)
+    near(cpu_kernels.silu_and_mul(x), F.silu(gate) * up)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rope_and_cache_matches_rotate_half_and_write_kv(dtype: torch.dtype) -> None:
+    """Rows of a strided qkv view; the padding row (slot -1) leaves the cache untouched."""
+    gen = torch.Generator().manual_seed(3)
+    heads, kv_heads, d, n = 9, 3, 64, 6
+    wide = torch.randn(n, (heads + 2 * kv_heads) * d + 8, generator=gen).to(dtype)
+    qkv = wide[:, : (heads + 2 * kv_heads) * d]  # rows strided, as a slice of a bigger output
+    angles = torch.randn(n, d // 2, generator=gen) * 50
+    cos = torch.cat((angles, angles), -1).cos().to(dtype)
+    sin = torch.cat((angles, angles), -1).sin().to(dtype)
+    slots = torch.tensor([5, 17, 0, -1, 40, 33])
+    kv = torch.randn(2, 4, 16, kv_heads, d, generator=gen).to(dtype)
+    expected_kv = kv.clone()
+    q, k, v = qkv.split((heads * d, kv_heads * d, kv_heads * d), dim=-1)
+    q, k = q.reshape(n, heads, d), k.reshape(n, kv_heads, d)
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+    real = slots >= 0
+    write_kv(expected_kv, slots[real][None], rotate(k)[real][None], v.reshape(n, kv_heads, d)[real][None])
+    out = cpu_kernels.rope_and_cache(qkv, cos, sin, kv, slots, heads, kv_heads)
+    assert torch.equal(out, rotate(q))  # the same roundings as torch's ops, in the same order
+    assert torch.equal(kv, expected_kv)
+
+
+def test_elementwise_bad_inputs_name_the_problem() -> None:
+    with pytest.raises(RuntimeError, match="weight has 5 elements, rows have 6"):
+        cpu_kernels.rms_norm(torch.ones(2, 6), torch.ones(5), 1e-5)
+    with pytest.raises(RuntimeError, match="must be even"):
+        cpu_kernels.silu_and_mul(torch.ones(2, 7))
+    kv = torch.zeros(2, 1, 16, 1, 4)
+    with pytest.raises(RuntimeError, match="slot 16 is outside the cache"):
+        cpu_kernels.rope_and_cache(torch.ones(1, 12), torch.ones(1, 4), torch.ones(1, 4), kv,
+                                   torch.tensor([16]), 1, 1)

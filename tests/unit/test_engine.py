@@ -61,14 +61,13 @@ def serve(engine: LLMEngine, requests: list[tuple[list[int], SamplingParams]], m
     return outputs
 
 
-@pytest.mark.parametrize("kv_blocks, attention", [(None, "auto"), (8, "auto"), (None, "torch")])
-def test_batched_greedy_matches_hf(kv_blocks: int | None, attention: Any, chat_ids: Any, hf_greedy: Any,
+@pytest.mark.parametrize("kv_blocks, kernels", [(None, "auto"), (8, "auto"), (None, "torch")])
+def test_batched_greedy_matches_hf(kv_blocks: int | None, kernels: Any, chat_ids: Any, hf_greedy: Any,
                                    tokenizer: Any) -> None:
     # 8 blocks of 16 hold one 128-token request but not all four: requests get preempted
-    # and recomputed, and their outputs must not change. Decode attends through the native
-    # kernel (auto, where it builds) or gather + SDPA (torch).
-    config = EngineConfig(dtype="float32", max_model_len=128, num_kv_blocks=kv_blocks,
-                          attention_backend=attention)
+    # and recomputed, and their outputs must not change. The model runs on the native CPU
+    # kernels (auto, where they build) or on torch ops only.
+    config = EngineConfig(dtype="float32", max_model_len=128, num_kv_blocks=kv_blocks, cpu_kernels=kernels)
     prompts = [chat_ids(p) for p in CHAT_PROMPTS]
     outputs = run(config, prompts, SamplingParams(temperature=0, max_tokens=MAX_TOKENS),
                   min_preemptions=1 if kv_blocks else 0)

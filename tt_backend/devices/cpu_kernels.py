@@ -1,14 +1,16 @@
 """Native CPU kernels of the torch device, built on first use with the system C++ compiler.
 
-`paged_decode_attention` (csrc/paged_decode_attention.cpp): attention of one query token per row
-straight over the paged KV cache. The portable path gathers each row's blocks into a contiguous
-copy and runs SDPA on it; at batch 32 with 256 keys per row this kernel takes 0.41 ms per layer
-against 1.1 ms in bf16 (`bench/attention.py`).
+- `paged_decode_attention` (csrc/paged_decode_attention.cpp): attention of one query token per row
+  straight over the paged KV cache. The portable path gathers each row's blocks into a contiguous
+  copy and runs SDPA on it (`bench/cpu_kernels.py` compares the two).
+- csrc/elementwise.cpp: `rms_norm`, `add_rms_norm` (the residual add fused into the next norm),
+  `silu_and_mul` and `rope_and_cache` (RoPE of q and k with k and v stored in the cache). Each
+  replaces several torch ops and rounds where they round.
 
-It is registered as `torch.ops.tt_backend.paged_decode_attention`, so a TorchScript trace records
-it like any aten op. The build (about 30 s) is cached under torch's extension directory, keyed by
-the source, the flags and this CPU's instruction set (`-march=native`), and `scripts/setup.sh`
-runs it ahead. Without a compiler the model keeps the portable path (`attention_backend=auto`).
+They are registered as `torch.ops.tt_backend.*`, so a TorchScript trace records them like any aten
+op. The build (about 30 s) is cached under torch's extension directory, keyed by the sources, the
+flags and this CPU's instruction set (`-march=native`); `scripts/setup.sh` runs it ahead. Without a
+compiler the model keeps its portable torch path (`cpu_kernels=auto`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).parent / "csrc" / "paged_decode_attention.cpp"
-_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp"]
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp"]
+OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache")
+# No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
+_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=off", "-fopenmp"]
 
 _lock = threading.Lock()
 _built: dict[str, str | None] = {}  # "error": None once loaded, else why it is unavailable
@@ -44,8 +49,8 @@ def _cpu_tag() -> str:
 
 
 def load_kernels() -> str | None:
-    """Build (once per machine) and load the kernels into this process; return None when
-    `torch.ops.tt_backend.paged_decode_attention` is usable, else the reason it is not."""
+    """Build (once per machine) and load the kernels into this process; return None when every
+    op of OPS is usable, else the reason they are not."""
     with _lock:
         if "error" not in _built:
             _built["error"] = _build()
@@ -58,13 +63,12 @@ def _build() -> str | None:
     try:
         from torch.utils.cpp_extension import load
 
-        load(name=f"tt_backend_cpu_kernels_{_cpu_tag()}", sources=[str(SOURCE)], extra_cflags=_FLAGS,
-             extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+        load(name=f"tt_backend_cpu_kernels_{_cpu_tag()}", sources=[str(p) for p in SOURCES],
+             extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, or a failed build: the portable path still works
         return f"{type(exc).__name__}: {exc}"
-    if not hasattr(torch.ops.tt_backend, "paged_decode_attention"):
-        return "the library loaded but registered no paged_decode_attention"
-    return None
+    missing = [op for op in OPS if not hasattr(torch.ops.tt_backend, op)]
+    return f"the library loaded but registered no {', '.join(missing)}" if missing else None
 
 
 def paged_decode_attention(q: torch.Tensor, kv: torch.Tensor, block_tables: torch.Tensor,
@@ -75,6 +79,34 @@ def paged_decode_attention(q: torch.Tensor, kv: torch.Tensor, block_tables: torc
     op = torch.ops.tt_backend.paged_decode_attention
     out: torch.Tensor = op(q, kv, block_tables, context_lens, positions, window, scale)
     return out
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """weight * (x * rsqrt(mean(x^2) + eps)), normalised in fp32 and rounded before the weight."""
+    out: torch.Tensor = torch.ops.tt_backend.rms_norm(x, weight, eps)
+    return out
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual)."""
+    normed, total = torch.ops.tt_backend.add_rms_norm(x, residual, weight, eps)
+    return normed, total
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """x: [..., 2I] = (gate, up) -> SiLU(gate) * up [..., I]."""
+    out: torch.Tensor = torch.ops.tt_backend.silu_and_mul(x)
+    return out
+
+
+def rope_and_cache(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
+                   slots: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+    """qkv [N, (H + 2 KVH) D], cos/sin [N, D] (rotate-half RoPE); writes the rotated k and v of
+    each token at its flat slot of kv [2, blocks, block_size, KVH, D] (slot < 0: padding, skipped)
+    and returns the rotated q [N, H, D]."""
+    q: torch.Tensor = torch.ops.tt_backend.rope_and_cache(qkv, cos, sin, kv, slots, num_heads, num_kv_heads)
+    return q
 
 
 if __name__ == "__main__":  # scripts/setup.sh: build ahead, report, never fail the setup

@@ -70,7 +70,7 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
     dtype = torch_dtype(config.dtype)
-    loaded = load_model(model_dir, dtype, device, attention=config.attention_backend)
+    loaded = load_model(model_dir, dtype, device, kernels=config.cpu_kernels)
     cfg = loaded.spec
     per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
     caps = loaded.capabilities

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tt_backend.devices.cpu_kernels import paged_decode_attention
+from tt_backend.devices import cpu_kernels
 from tt_backend.models.capabilities import TORCH_LLAMA
 from tt_backend.models.rope import RopeConfig, inv_frequencies
 from tt_backend.models.spec import ModelSpec
@@ -92,11 +92,21 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.native = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            return cpu_kernels.rms_norm(x, self.weight, self.eps)
         # Normalise in fp32 and cast back before the weight, as HF Llama does (one fused op).
         h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
+
+    def add(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual): the residual add fused into the norm after it."""
+        if self.native:
+            return cpu_kernels.add_rms_norm(x, residual, self.weight, self.eps)
+        residual = x + residual
+        return self(residual), residual
 
 
 class Rotary(nn.Module):
@@ -125,6 +135,8 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
         self.window = cfg.sliding_window or 0
+        self.scale = cfg.head_dim ** -0.5
+        self.native = False
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("q_proj", "k_proj", "v_proj"), "qkv_proj"))
@@ -134,7 +146,13 @@ class Attention(nn.Module):
         """x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]. Without a mask,
         a decode step (T = 1) attends through the native paged kernel."""
         B, T, _ = x.shape
-        q, k, v = self.qkv_proj(x).split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        qkv = self.qkv_proj(x)
+        if self.native and self.q_norm is None:
+            cos, sin = (t.reshape(B * T, self.head_dim) for t in rope)
+            q = cpu_kernels.rope_and_cache(qkv.view(B * T, -1), cos, sin, kv, batch.slot_mapping.reshape(-1),
+                                           self.num_heads, self.num_kv_heads)  # [B * T, H, D]
+            return self.o_proj(self._attend(q.view(B, T, self.num_heads, self.head_dim), kv, batch, mask))
+        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
         q = q.reshape(B, T, self.num_heads, self.head_dim)
         k = k.reshape(B, T, self.num_kv_heads, self.head_dim)
         v = v.reshape(B, T, self.num_kv_heads, self.head_dim)
@@ -145,13 +163,19 @@ class Attention(nn.Module):
         q = q * cos + _rotate_half(q) * sin  # [B, H, T, D]
         k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
         write_kv(kv, batch.slot_mapping, k, v)
+        return self.o_proj(self._attend(q.transpose(1, 2), kv, batch, mask))
+
+    def _attend(self, q: torch.Tensor, kv: torch.Tensor, batch: ForwardBatch,
+                mask: torch.Tensor | None) -> torch.Tensor:
+        """q: [B, T, H, D], rotated, its K/V already in the cache; returns [B, T, H * D]."""
+        B, T = q.shape[:2]
         if mask is None:
-            out = paged_decode_attention(q[:, :, 0], kv, batch.block_tables, batch.context_lens,
-                                         batch.positions[:, 0], self.window, self.head_dim ** -0.5)
-            return self.o_proj(out.reshape(B, T, -1))
+            out = cpu_kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
+                                                     batch.positions[:, 0], self.window, self.scale)
+            return out.reshape(B, T, -1)
         keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)
+        return out.transpose(1, 2).reshape(B, T, -1)
 
 
 def _fuse_checkpoint(parts: tuple[str, ...], fused: str) -> Any:
@@ -203,8 +227,11 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("gate_proj", "up_proj"), "gate_up_proj"))
+        self.native = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            return self.down_proj(cpu_kernels.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -217,10 +244,18 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
-                batch: ForwardBatch, mask: torch.Tensor | None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, kv, batch, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, rope: tuple[torch.Tensor, torch.Tensor],
+                kv: torch.Tensor, batch: ForwardBatch,
+                mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's MLP output, the residual stream before it); the stream is x + residual,
+        added by the next layer's norm (x alone for the first layer)."""
+        if residual is None:
+            residual, h = x, self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add(x, residual)
+        h = self.self_attn(h, rope, kv, batch, mask)
+        h, residual = self.post_attention_layernorm.add(h, residual)
+        return self.mlp(h), residual
 
 
 class LlamaModel(nn.Module):
@@ -242,12 +277,16 @@ class LlamaForCausalLM(nn.Module):
         self.config = cfg
         self.model = LlamaModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.native_decode = False
+        self.native = False
 
-    def use_native_decode_attention(self) -> None:
-        """Decode steps (one token per row) attend through the native paged CPU kernel
-        (`devices/cpu_kernels.py`), which must be loaded, instead of gather + SDPA."""
-        self.native_decode = True
+    def use_native_kernels(self) -> None:
+        """Run on the native CPU kernels (`devices/cpu_kernels.py`, which must be loaded): decode
+        attention over the paged cache, RMSNorm with the residual add, SiLU x up, RoPE with the
+        KV write."""
+        self.native = True
+        for module in self.modules():
+            if isinstance(module, RMSNorm | Attention | MLP):
+                module.native = True
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
@@ -267,11 +306,13 @@ class LlamaForCausalLM(nn.Module):
         """
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
-        native = self.native_decode and batch.decode
+        native = self.native and batch.decode
         mask = None if native else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
+        residual: torch.Tensor | None = None
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, rope, kv_cache[i], batch, mask)
-        last = x[torch.arange(x.shape[0], device=x.device), batch.logits_indices]  # [B, hidden]
+            x, residual = layer(x, residual, rope, kv_cache[i], batch, mask)
+        rows = (torch.arange(x.shape[0], device=x.device), batch.logits_indices)
+        last = x[rows] if residual is None else x[rows] + residual[rows]  # [B, hidden]
         return self.lm_head(self.model.norm(last)).float()
 
     def _additive_mask(self, batch: ForwardBatch, block_size: int, dtype: torch.dtype) -> torch.Tensor:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tt_backend.config import AttentionBackendName
+from tt_backend.config import CpuKernelsName
 from tt_backend.devices.cpu_kernels import load_kernels
 from tt_backend.devices.torch_linear import can_pack, pack_linears
 from tt_backend.models.capabilities import ModelCapabilities
@@ -38,7 +38,7 @@ def read_hf_config(model_dir: Path) -> dict[str, Any]:
 
 def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device,
                registry: ModelRegistry | None = None,
-               attention: AttentionBackendName = "auto") -> LoadedModel:
+               kernels: CpuKernelsName = "auto") -> LoadedModel:
     hf_config = read_hf_config(model_dir)
     entry = (registry or build_registry()).find(hf_config.get("architectures") or [])
     cls = entry.resolve()
@@ -52,26 +52,26 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device,
     module.to(device).eval().requires_grad_(False)
     if can_pack(device, dtype):
         pack_linears(module)  # oneDNN's blocked weight layout: faster bf16 matmuls on CPU
-    select_attention(module, device, attention)
+    select_kernels(module, device, kernels)
     return LoadedModel(module, spec, entry.arch, cls.capabilities)  # type: ignore[attr-defined]
 
 
-def select_attention(module: nn.Module, device: torch.device, attention: AttentionBackendName) -> None:
-    """Switch the model's decode attention to the native paged kernel where `attention` asks for it
-    and it is available; `native` fails when it is not, `auto` keeps the portable path."""
-    if attention == "torch":
+def select_kernels(module: nn.Module, device: torch.device, kernels: CpuKernelsName) -> None:
+    """Switch the model to the native CPU kernels where `kernels` asks for them and they are
+    available; `native` fails when they are not, `auto` keeps the torch path."""
+    if kernels == "torch":
         return
-    use_native = getattr(module, "use_native_decode_attention", None)
+    use_native = getattr(module, "use_native_kernels", None)
     if device.type != "cpu" or use_native is None:
-        where = f"device {device.type}" if device.type != "cpu" else f"{type(module).__name__}"
-        if attention == "native":
-            raise ValueError(f"attention_backend=native: the native kernel serves CPU Llama-family models, "
+        where = f"device {device.type}" if device.type != "cpu" else type(module).__name__
+        if kernels == "native":
+            raise ValueError(f"cpu_kernels=native: the native kernels serve Llama-family models on the CPU, "
                              f"not {where}")
         return
     error = load_kernels()
     if error is not None:
-        if attention == "native":
-            raise ValueError(f"attention_backend=native: the native CPU kernel is unavailable ({error})")
-        logger.warning("native CPU decode attention unavailable, using gather + SDPA: %s", error)
+        if kernels == "native":
+            raise ValueError(f"cpu_kernels=native: the native CPU kernels are unavailable ({error})")
+        logger.warning("native CPU kernels unavailable, using torch ops: %s", error)
         return
     use_native()

@@ -18,6 +18,8 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include "numerics.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +33,12 @@
 #endif
 
 namespace {
+
+using tt_kernels::exp_approx;
+using tt_kernels::fold_lanes;
+using tt_kernels::from_float;
+using tt_kernels::kLanes;
+using tt_kernels::to_float;
 
 // Where one (row, kv head) task reads and writes. Key p of the row lies in block table[p / block_size],
 // at offset p % block_size; k and v already point at the task's kv head.
@@ -47,41 +55,6 @@ struct Task {
   T* out;         // [G, D]
 };
 
-// bf16 is handled as its raw uint16_t bits, so that conversions vectorise.
-inline float to_float(float x) { return x; }
-inline float to_float(c10::Half x) { return static_cast<float>(x); }
-inline float to_float(uint16_t bf16) {
-  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-template <typename T>
-inline T from_float(float x) { return static_cast<T>(x); }
-template <>
-inline uint16_t from_float<uint16_t>(float x) { return c10::BFloat16(x).x; }
-
-// exp(x) for x <= 0, to a few ulp: 2^(x log2 e) = 2^k * 2^f with f in [-0.5, 0.5], 2^f by polynomial.
-inline float exp_nonpositive(float x) {
-  x = x < -87.f ? -87.f : x;
-  const float t = x * 1.44269504088896341f;
-  const float k = __builtin_roundf(t);
-  const float f = t - k;
-  float p = 1.5403530393381606e-4f;
-  p = p * f + 1.3333558146428443e-3f;
-  p = p * f + 9.6181291076284772e-3f;
-  p = p * f + 5.5504108664821580e-2f;
-  p = p * f + 2.4022650695910071e-1f;
-  p = p * f + 6.9314718055994531e-1f;
-  p = p * f + 1.f;
-  int32_t bits;
-  std::memcpy(&bits, &p, sizeof(bits));
-  bits += static_cast<int32_t>(k) << 23;
-  float r;
-  std::memcpy(&r, &bits, sizeof(r));
-  return r;
-}
-
 // Calls fn(i, row) for every visible key in order, i counting from 0 and row pointing at its K (or V)
 // in `base`; block by block, so no division per key.
 template <typename T, typename Fn>
@@ -93,16 +66,6 @@ inline void for_each_key(const T* base, const Task<T>& t, Fn&& fn) {
     const T* row = base + t.table[block] * t.block_stride + offset * t.token_stride;
     for (int64_t o = offset; o < stop; ++o, ++i, row += t.token_stride) fn(i, row);
   }
-}
-
-// Sums in a fixed order: 16 lanes, then the lanes in turn, then the tail. (A vectorised reduction's
-// order would follow the data's alignment, and a row's result would depend on where it lies.)
-constexpr int64_t kLanes = 16;
-
-inline float fold_lanes(const float* lanes) {
-  float s = 0.f;
-  for (int64_t l = 0; l < kLanes; ++l) s += lanes[l];
-  return s;
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {
@@ -125,12 +88,12 @@ inline void softmax_rows(float* scores, int64_t G, int64_t count) {
     int64_t i = 0;
     for (; i + kLanes <= count; i += kLanes)
       for (int64_t l = 0; l < kLanes; ++l) {
-        s[i + l] = exp_nonpositive(s[i + l] - m);
+        s[i + l] = exp_approx(s[i + l] - m);
         lanes[l] += s[i + l];
       }
     float total = fold_lanes(lanes);
     for (; i < count; ++i) {
-      s[i] = exp_nonpositive(s[i] - m);
+      s[i] = exp_approx(s[i] - m);
       total += s[i];
     }
     const float inv = 1.f / total;

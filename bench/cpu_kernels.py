@@ -1,11 +1,13 @@
-"""Decode attention on the CPU: the native paged kernel against gather + SDPA, side by side.
+"""The native CPU kernels against the torch path, side by side.
 
-Part 1: one layer's attention (SmolLM2-135M's heads: 9 query, 3 kv, head size 64) for each batch
-and context, rows on random blocks of a 4096-block cache: median ms of each and the ratio.
-Part 2: the whole traced decode step (`bench/decode.py`'s step_times) of the default model with
-`attention_backend=torch` and `native`, and the greedy tokens of both.
+Part 1: one layer's decode attention (SmolLM2-135M's heads: 9 query, 3 kv, head size 64), the
+paged kernel against gather + SDPA, for each batch and context, rows on random blocks of a
+4096-block cache: median ms of each and the ratio.
+Part 2: the default model's traced decode step (`bench/decode.py`'s step_times) and an eager
+prefill step (8 rows of 100 tokens) with `cpu_kernels=torch` and `native`, and whether the greedy
+tokens agree.
 
-    LD_PRELOAD=.venv/lib/libiomp5.so PYTHONPATH=.:bench .venv/bin/python bench/attention.py
+    LD_PRELOAD=.venv/lib/libiomp5.so PYTHONPATH=.:bench .venv/bin/python bench/cpu_kernels.py
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import torch
 import torch.nn.functional as F
 from decode import step_times
 
+from tt_backend.config import EngineConfig
 from tt_backend.devices.cpu_kernels import load_kernels, paged_decode_attention
 from tt_backend.devices.torch_device import torch_dtype
+from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.llama import gather_kv
-from tt_backend.models.loader import load_model
+from tt_backend.models.loader import LoadedModel, load_model
+from tt_backend.runtime.plan import PlannedRow, StepPlan
 
 BLOCK, HEADS, KV_HEADS, HEAD_DIM, CACHE_BLOCKS = 16, 9, 3, 64, 4096
 
@@ -59,6 +64,24 @@ def layer_attention(batch: int, context: int, dtype: torch.dtype, repeats: int) 
     return median_ms(portable, repeats), median_ms(native, repeats), diff
 
 
+def prefill_ms(model: LoadedModel, rows: int, tokens: int, dtype: str,
+               repeats: int) -> tuple[float, torch.Tensor]:
+    """Median ms of one eager prefill step of `rows` fresh prompts of `tokens` tokens, and its logits."""
+    blocks = -(-tokens // BLOCK)
+    config = EngineConfig(dtype=dtype, device="cpu", max_model_len=blocks * BLOCK, max_num_seqs=rows,  # type: ignore[arg-type]
+                          num_kv_blocks=rows * blocks + 1, trace_mode="none").resolve_for_model(8192, 1)
+    runner = build_runner(config, model.module, model.capabilities, model.spec, torch_dtype(dtype),
+                          torch.device("cpu"))
+    runner.allocate()
+    plan = StepPlan("prefill", tuple(PlannedRow(tuple(range(1000 + 7 * i, 1000 + 7 * i + tokens)), 0,
+                                                tuple(range(i * blocks, (i + 1) * blocks)), True)
+                                     for i in range(rows)))
+    logits = runner.execute(plan)
+    ms = median_ms(lambda: runner.execute(plan), repeats)
+    runner.close()
+    return ms, logits
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,6 +91,8 @@ def main() -> None:
     parser.add_argument("--step-context", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--prefill-rows", type=int, default=8)
+    parser.add_argument("--prefill-tokens", type=int, default=100)
     args = parser.parse_args()
     error = load_kernels()
     if error is not None:
@@ -83,7 +108,7 @@ def main() -> None:
             print(f"{batch:>5} {context:>7} {portable:>15.3f} {native:>10.3f} {portable / native:>6.2f} "
                   f"{diff:>11.2g}", flush=True)
     model_dir = resolve_model_dir("")
-    models = {name: load_model(model_dir, dtype, torch.device("cpu"), attention=name)  # type: ignore[arg-type]
+    models = {name: load_model(model_dir, dtype, torch.device("cpu"), kernels=name)  # type: ignore[arg-type]
               for name in ("torch", "native")}
     print(f"\ntraced decode step of the default model, context {args.step_context}, median of {args.steps}")
     print(f"{'batch':>5} {'torch ms':>9} {'native ms':>10} {'ratio':>6} {'same greedy tokens':>19}")
@@ -94,6 +119,14 @@ def main() -> None:
         same = int((t_logits.argmax(-1) == n_logits.argmax(-1)).sum())
         print(f"{batch:>5} {t_ms * 1e3:>9.2f} {n_ms * 1e3:>10.2f} {t_ms / n_ms:>6.2f} {same:>15}/{batch}",
               flush=True)
+    print(f"\neager prefill step of the default model, {args.prefill_rows} rows x {args.prefill_tokens} "
+          "tokens")
+    prefill = {name: prefill_ms(model, args.prefill_rows, args.prefill_tokens, args.dtype, 10)
+               for name, model in models.items()}
+    (t_ms, t_logits), (n_ms, n_logits) = prefill["torch"], prefill["native"]
+    same = int((t_logits.argmax(-1) == n_logits.argmax(-1)).sum())
+    print(f"torch {t_ms:.1f} ms, native {n_ms:.1f} ms, ratio {t_ms / n_ms:.2f}, same greedy tokens "
+          f"{same}/{args.prefill_rows}")
 
 
 if __name__ == "__main__":

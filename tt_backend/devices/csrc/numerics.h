@@ -1,0 +1,71 @@
+// Element conversions and exp shared by the native CPU kernels. Floating types are handled through
+// their storage: float, c10::Half, and bf16 as its raw uint16_t bits, so that loops vectorise.
+#pragma once
+
+#include <c10/util/Half.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace tt_kernels {
+
+inline float to_float(float x) { return x; }
+inline float to_float(c10::Half x) { return static_cast<float>(x); }
+inline float to_float(uint16_t bf16) {
+  const uint32_t bits = static_cast<uint32_t>(bf16) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Round to the storage type: nearest, ties to even (what torch does for bf16 and fp16).
+template <typename T>
+inline T from_float(float x) { return static_cast<T>(x); }
+template <>
+inline uint16_t from_float<uint16_t>(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits >> 16) | 0x40u;
+  return static_cast<uint16_t>((bits & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);  // a select, no branch
+}
+
+// The value after a round trip through T: what torch computes when an op's result is stored as T.
+template <typename T>
+inline float round_to(float x) { return to_float(from_float<T>(x)); }
+
+// exp(x) to a few ulp: 2^(x log2 e) = 2^k * 2^f with f in [-0.5, 0.5], 2^f by polynomial; exact 0 below
+// -87 and clamped at 88 (inf beyond).
+inline float exp_approx(float x) {
+  x = x < -87.f ? -87.f : (x > 88.f ? 88.f : x);
+  const float t = x * 1.44269504088896341f;
+  const float k = (t + 12582912.f) - 12582912.f;  // nearest integer (1.5 * 2^23 trick): no call, vectorises
+  const float f = t - k;
+  float p = 1.5403530393381606e-4f;
+  p = p * f + 1.3333558146428443e-3f;
+  p = p * f + 9.6181291076284772e-3f;
+  p = p * f + 5.5504108664821580e-2f;
+  p = p * f + 2.4022650695910071e-1f;
+  p = p * f + 6.9314718055994531e-1f;
+  p = p * f + 1.f;
+  // 2^k * p, in two halves so that k up to 128 does not overflow the exponent field.
+  const int32_t ki = static_cast<int32_t>(k);
+  const int32_t k1 = ki / 2, k2 = ki - ki / 2;
+  int32_t b1 = (127 + k1) << 23, b2 = (127 + k2) << 23;
+  float s1, s2;
+  std::memcpy(&s1, &b1, sizeof(s1));
+  std::memcpy(&s2, &b2, sizeof(s2));
+  return p * s1 * s2;
+}
+
+// Sums in a fixed order: 16 lanes, then the lanes in turn, then the tail. (A vectorised reduction's
+// order would follow the data's alignment, and a row's result would depend on where it lies.)
+constexpr int64_t kLanes = 16;
+
+inline float fold_lanes(const float* lanes) {
+  float s = 0.f;
+  for (int64_t l = 0; l < kLanes; ++l) s += lanes[l];
+  return s;
+}
+
+}  // namespace tt_kernels
