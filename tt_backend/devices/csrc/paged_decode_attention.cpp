@@ -51,21 +51,39 @@ struct Task {
   int64_t first, end;  // keys [first, end) are visible
   int64_t block_size, block_stride, token_stride;
   float scale;
+  int64_t row_bytes;  // of one head's K (or V) row
   float* scores;  // scratch, G * (end - first)
   T* out;         // [G, D]
 };
+
+// Calls fn(i, row, n) for each run of n consecutive visible keys within one block, in order: keys i to
+// i + n - 1 (counting from 0), the first at `row`, the next ones token_stride apart.
+template <typename T, typename Fn>
+inline void for_each_run(const T* base, const Task<T>& t, Fn&& fn) {
+  int64_t i = 0;
+  const int64_t last = (t.end - 1) / t.block_size;
+  for (int64_t block = t.first / t.block_size; i < t.end - t.first; ++block) {
+    const int64_t offset = block == t.first / t.block_size ? t.first % t.block_size : 0;
+    const int64_t n = std::min(t.block_size - offset, t.end - t.first - i);
+    if (block < last) {  // the next block lies elsewhere: ask for its rows before they are needed
+      const T* next = base + t.table[block + 1] * t.block_stride;
+      for (int64_t j = 0; j < t.block_size; ++j) {
+        const char* row = reinterpret_cast<const char*>(next + j * t.token_stride);
+        for (int64_t b = 0; b < t.row_bytes; b += 64) __builtin_prefetch(row + b);
+      }
+    }
+    fn(i, base + t.table[block] * t.block_stride + offset * t.token_stride, n);
+    i += n;
+  }
+}
 
 // Calls fn(i, row) for every visible key in order, i counting from 0 and row pointing at its K (or V)
 // in `base`; block by block, so no division per key.
 template <typename T, typename Fn>
 inline void for_each_key(const T* base, const Task<T>& t, Fn&& fn) {
-  int64_t i = 0;
-  for (int64_t block = t.first / t.block_size; i < t.end - t.first; ++block) {
-    const int64_t offset = block == t.first / t.block_size ? t.first % t.block_size : 0;
-    const int64_t stop = std::min(t.block_size, offset + (t.end - t.first - i));
-    const T* row = base + t.table[block] * t.block_stride + offset * t.token_stride;
-    for (int64_t o = offset; o < stop; ++o, ++i, row += t.token_stride) fn(i, row);
-  }
+  for_each_run(base, t, [&](int64_t i, const T* row, int64_t n) {
+    for (int64_t j = 0; j < n; ++j, row += t.token_stride) fn(i + j, row);
+  });
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {
@@ -127,6 +145,21 @@ void portable_task(const Task<T>& t, int64_t G, int64_t D, float* qf, float* acc
 }
 
 #ifdef TT_FAST_BF16
+// The 16 horizontal sums of a[0..15], in order, as one vector.
+inline __m512 sum_each(__m512* a) {
+  __m512 b[8], c[4], d[2];
+  for (int j = 0; j < 8; ++j)  // per 128-bit lane: a(2j) and a(2j+1) in pairs
+    b[j] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * j], a[2 * j + 1]), _mm512_unpackhi_ps(a[2 * j], a[2 * j + 1]));
+  for (int j = 0; j < 4; ++j) {  // per 128-bit lane: one partial sum of each of a(4j..4j+3)
+    const __m512d lo = _mm512_castps_pd(b[2 * j]), hi = _mm512_castps_pd(b[2 * j + 1]);
+    c[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(lo, hi)), _mm512_castpd_ps(_mm512_unpackhi_pd(lo, hi)));
+  }
+  for (int j = 0; j < 2; ++j)
+    d[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xDD));
+}
+
 inline __m512 bf16x16_to_float(const uint16_t* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
@@ -140,13 +173,24 @@ void fast_task(const Task<uint16_t>& t) {
   __m512bh q[G][DP];
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < DP; ++c) q[g][c] = (__m512bh)_mm512_loadu_si512(t.q + g * D + 32 * c);
-  for_each_key(t.k, t, [&](int64_t i, const uint16_t* k) {
-    __m512bh kc[DP];
-    for (int c = 0; c < DP; ++c) kc[c] = (__m512bh)_mm512_loadu_si512(k + 32 * c);
-    for (int g = 0; g < G; ++g) {
-      __m512 dot = _mm512_setzero_ps();
-      for (int c = 0; c < DP; ++c) dot = _mm512_dpbf16_ps(dot, q[g][c], kc[c]);
-      t.scores[g * count + i] = _mm512_reduce_add_ps(dot) * t.scale;
+  // Scores 16 keys at a time: one dot-product vector per key, then their 16 sums at once.
+  const __m512 scale = _mm512_set1_ps(t.scale);
+  for_each_run(t.k, t, [&](int64_t i, const uint16_t* row, int64_t n) {
+    for (int64_t j0 = 0; j0 < n; j0 += 16) {
+      const int64_t m = std::min<int64_t>(16, n - j0);
+      for (int g = 0; g < G; ++g) {
+        __m512 dots[16];
+        for (int64_t j = 0; j < 16; ++j) {
+          dots[j] = _mm512_setzero_ps();
+          if (j < m) {
+            const uint16_t* k = row + (j0 + j) * t.token_stride;
+            for (int c = 0; c < DP; ++c)
+              dots[j] = _mm512_dpbf16_ps(dots[j], q[g][c], (__m512bh)_mm512_loadu_si512(k + 32 * c));
+          }
+        }
+        const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);
+        _mm512_mask_storeu_ps(t.scores + g * count + i + j0, keep, _mm512_mul_ps(sum_each(dots), scale));
+      }
     }
   });
   softmax_rows(t.scores, G, count);
@@ -217,7 +261,8 @@ void decode_attention(const T* q, const T* kcache, const T* vcache, const int64_
       }
       scores.resize(G * (stop - first));
       const Task<T> t{q + (b * H + h * G) * D, kcache + h * D, vcache + h * D, tables + b * width, first, stop,
-                      block_size, block_size * KVH * D, KVH * D, scale, scores.data(), o};
+                      block_size, block_size * KVH * D, KVH * D, scale, D * static_cast<int64_t>(sizeof(T)),
+                      scores.data(), o};
 #ifdef TT_FAST_BF16
       if constexpr (std::is_same_v<T, uint16_t>) {
         if (fast != nullptr) {
