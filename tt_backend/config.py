@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 Dtype = Literal["bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
-TraceModeName = Literal["none", "decode_only", "all"]
+TraceModeName = Literal["auto", "none", "decode_only", "all"]
 SampleOnDeviceName = Literal["all", "decode_only", "none"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 
@@ -62,8 +62,10 @@ class EngineConfig:
     """Requests beyond max_num_seqs wait; past this many waiting, new requests are refused."""
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
-    trace_mode: TraceModeName = "decode_only"
-    """Captured, replayed steps: none (all eager), decode_only, or all (prefill shapes too)."""
+    trace_mode: TraceModeName = "auto"
+    """Captured, replayed steps: none (all eager), decode_only, all (prefill shapes too), or auto:
+    all on the CPU (one TorchScript graph serves every shape of a step), decode_only elsewhere (a
+    CUDA graph or ttnn trace per shape)."""
     async_scheduling: bool = False
     """Overlap host work with the device: schedule decode step N+1 before step N's tokens are read."""
     sample_on_device_mode: SampleOnDeviceName = "all"

@@ -67,9 +67,9 @@ def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_id
         series("vllm:time_per_output_token_seconds_count"): 2,
         series("tt:steps_total", mode="prefill"): 2,
         series("tt:steps_total", mode="decode"): 12,
-        # trace_mode=decode_only (the default): prefill steps run eagerly, decode steps replay
-        series("tt:eager_steps_total"): 2,
-        series("tt:trace_replays_total"): 12,
+        # trace_mode=auto (the default) is all on the CPU: prefill and decode steps replay traces
+        series("tt:eager_steps_total"): 0,
+        series("tt:trace_replays_total"): 14,
         # greedy requests sample inside the step: no host fallback
         series("tt:host_sampling_fallbacks_total"): 0,
         series("tt:request_failures_total"): 0,

@@ -99,7 +99,7 @@ def build_engine(config: EngineConfig) -> LLMEngine:
                 loaded.architecture,
                 type(loaded.module).__qualname__, model_dir, device, config.dtype, config.max_model_len,
                 lanes, config.num_kv_blocks, config.block_size,
-                "on" if config.enable_prefix_caching else "off", config.trace_mode, config.async_scheduling,
+                "on" if config.enable_prefix_caching else "off", runner.trace.mode, config.async_scheduling,
                 config.sample_on_device_mode,
                 " (always_compat_sampling)" if config.always_compat_sampling else "")
     runner.allocate()
@@ -120,7 +120,8 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
                             dtype)
     plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
                                      lanes * config.max_num_seqs, config.max_num_batched_tokens)
-    return ModelRunner(module, kv, layout, TorchDevice(device), TraceConfig.resolve(config.trace_mode),
+    trace = TraceConfig.resolve(config.trace_mode, device.type)
+    return ModelRunner(module, kv, layout, TorchDevice(device), trace,
                        DecodeRuntimeConfig.resolve(layout, lanes * config.max_num_seqs),
                        PrefillRuntimeConfig.resolve(layout, plan, config.max_num_batched_tokens),
                        SamplingConfig.resolve(config.sample_on_device_mode, config.always_compat_sampling))

@@ -31,9 +31,14 @@ class TraceConfig:
     mode: TraceMode
 
     @classmethod
-    def resolve(cls, mode: str) -> TraceConfig:
+    def resolve(cls, mode: str, device_type: str = "cpu") -> TraceConfig:
+        """`auto`: every step on the CPU, where one TorchScript graph serves all shapes of a step
+        so capturing the ~500 prefill shapes costs seconds; decode only on devices that capture
+        one graph per shape."""
+        if mode == "auto":
+            return cls("all" if device_type == "cpu" else "decode_only")
         if mode not in TRACE_MODES:
-            raise ValueError(f"trace_mode must be one of {', '.join(TRACE_MODES)}, got {mode!r}")
+            raise ValueError(f"trace_mode must be one of auto, {', '.join(TRACE_MODES)}, got {mode!r}")
         return cls(mode)
 
     @property

@@ -71,7 +71,9 @@ class ModelRunner:
 
     def warmup(self) -> WarmupReport:
         config = WarmupConfig.resolve(self.trace, self.eager.decode, self.eager.prefill, self.sampling)
-        return WarmupCoordinator(config, [LaneExecutors(self.eager, self.traced)]).warmup()
+        report = WarmupCoordinator(config, [LaneExecutors(self.eager, self.traced)]).warmup()
+        self.device.return_free_host_memory()  # the captures' temporaries
+        return report
 
     # ---- steps -------------------------------------------------------------------------------
     def execute(self, plan: StepPlan, sampling: StepSampling | None = None,

@@ -62,10 +62,11 @@ class TraceCompiler:
             self._traces[shape.key] = _Trace(shape, blank_inputs(shape, self._device.device), greedy)
 
     def capture_all(self) -> int:
-        """Capture every registered plan (largest first, so later captures reuse its memory);
-        then close the compile gate. Return how many were captured now."""
+        """Capture every registered plan, in the device's order (see `captures_largest_first`); then
+        close the compile gate. Return how many were captured now."""
+        sign = -1 if self._device.captures_largest_first else 1
         pending = sorted((t for t in self._traces.values() if t.capture is None),
-                         key=lambda t: -t.shape.batch * t.shape.seq_len * t.shape.table_width)
+                         key=lambda t: sign * t.shape.batch * t.shape.seq_len * t.shape.table_width)
         cache = self._kv.context.cache
         for trace in pending:
             trace.capture = self._device.capture(self._steps[trace.shape.step],
