@@ -36,7 +36,7 @@ def test_padded_wave_matches_sequential_and_leaves_other_blocks_untouched(model_
         return executor.execute(plan), kv.context.cache[:, :, :16]  # without the padding sink
 
     config = PrefillPlanConfig(True, 32, 2048)
-    assert plan_prefill(plan, config) == (PrefillWave((0, 1, 2), 4, 64),)  # one padded wave
+    assert plan_prefill(plan, config) == (PrefillWave((0, 1, 2), 4, 48),)  # one padded wave
     batched, kv_batched = run(batching=True)
     sequential, kv_sequential = run(batching=False)
     assert (batched.argmax(-1) == sequential.argmax(-1)).all()

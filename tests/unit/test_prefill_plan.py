@@ -17,6 +17,15 @@ def test_fifteen_rows_make_one_padded_16_wave() -> None:
 def test_rows_bucket_by_padded_length_in_original_order() -> None:
     waves = plan_prefill(rows(100, 10, 120, 16, 3), CONFIG)
     assert waves == (PrefillWave((1, 3, 4), 4, 16), PrefillWave((0, 2), 2, 128))
+    # A wave is padded to its longest row's quarter-step bucket, not to the power of two.
+    assert plan_prefill(rows(100, 90, 97), CONFIG) == (PrefillWave((0, 1, 2), 4, 112),)
+
+
+@pytest.mark.parametrize("n, padded", [(1, 16), (16, 16), (17, 32), (33, 48), (64, 64), (65, 80),
+                                       (100, 112), (128, 128), (129, 160), (250, 256), (257, 320),
+                                       (4000, 4096)])
+def test_length_buckets_are_quarter_steps_of_the_power_of_two(n: int, padded: int) -> None:
+    assert padded_length(n) == padded
 
 
 @pytest.mark.parametrize("plan, config, reason", [
@@ -24,7 +33,7 @@ def test_rows_bucket_by_padded_length_in_original_order() -> None:
     (rows(20, 20, 20), PrefillPlanConfig(True, 2, 2048), "padded batch 4 above the maximum 2"),
     (rows(20, 20, start=16), CONFIG, "cached tokens"),
     (rows(300, 300), PrefillPlanConfig(True, 32, 256), "longer than the regular chunk"),
-    (rows(40, 40), PrefillPlanConfig(True, 32, 2048, max_wave_tokens=100), "2 x 64 above max_wave_tokens"),
+    (rows(50, 50), PrefillPlanConfig(True, 32, 2048, max_wave_tokens=100), "2 x 64 above max_wave_tokens"),
 ])
 def test_sequential_fallbacks(plan: StepPlan, config: PrefillPlanConfig, reason: str) -> None:
     waves = plan_prefill(plan, config)
@@ -35,8 +44,8 @@ def test_sequential_fallbacks(plan: StepPlan, config: PrefillPlanConfig, reason:
 
 def test_bucket_over_max_wave_tokens_is_cut_into_the_fewest_fitting_waves() -> None:
     config = PrefillPlanConfig(True, 32, 2048, max_wave_tokens=2048)
-    waves = plan_prefill(rows(*[100] * 20), config)  # 20 x 128 padded: 32 x 128 would not fit
-    assert waves == (PrefillWave(tuple(range(16)), 16, 128), PrefillWave(tuple(range(16, 20)), 4, 128))
+    waves = plan_prefill(rows(*[100] * 20), config)  # 20 x 112 padded: 32 x 112 would not fit
+    assert waves == (PrefillWave(tuple(range(16)), 16, 112), PrefillWave(tuple(range(16, 20)), 4, 112))
     # 32 rows of 4096 tokens: 16 x 4096 is the largest wave under 128 Ki tokens.
     big = plan_prefill(rows(*[4000] * 32), PrefillPlanConfig(True, 32, 8192))
     assert big == (PrefillWave(tuple(range(16)), 16, 4096), PrefillWave(tuple(range(16, 32)), 16, 4096))

@@ -1,8 +1,11 @@
 """Prefill planning: the rows of a prefill step grouped into padded physical waves.
 
-Within a step, rows are bucketed by padded sequence length (the next power of two, at least 16);
-a bucket that may be batched is kept whole and its row count padded up to the next physical batch
-in {1, 2, 4, 8, 16, 32} (15 rows → one padded-16 wave). A bucket whose padded wave would exceed
+Within a step, rows are bucketed by the next power of two of their length (at least 16), and a
+bucket is padded to the length bucket of its longest row: the power of two in quarter steps (…,
+64, 80, 96, 112, 128, 160, …), so 100-token prompts pad to 112, not 128, without splitting rows
+the power-of-two bucket would have kept together. A bucket that may be batched is kept whole and
+its row count padded up to the next physical batch in {1, 2, 4, 8, 16, 32} (15 rows → one
+padded-16 wave). A bucket whose padded wave would exceed
 `max_wave_tokens` is cut into the fewest waves that fit (this bounds the set of shapes, so every
 one of them can be compiled and traced ahead of time). A bucket falls back to sequential
 single-row waves, each still padded to its length bucket, when:
@@ -59,7 +62,15 @@ class PrefillWave:
 
 
 def padded_length(n: int) -> int:
-    """Sequence bucket: the next power of two, at least MIN_PADDED_LEN."""
+    """Length bucket: n rounded up to a quarter of the power of two below it (multiples of 16 up
+    to 128, of 32 up to 256, ...), at least MIN_PADDED_LEN. At most 1/4 of the row is padding
+    (it was up to 1/2 with powers of two), for 3x the shapes."""
+    step = max(MIN_PADDED_LEN, _power_bucket(n) // 8)
+    return max(MIN_PADDED_LEN, -(-n // step) * step)
+
+
+def _power_bucket(n: int) -> int:
+    """Rows whose lengths share this (the next power of two, at least MIN_PADDED_LEN) may share a wave."""
     return max(MIN_PADDED_LEN, 1 << (n - 1).bit_length())
 
 
@@ -71,13 +82,14 @@ def plan_prefill(plan: StepPlan, config: PrefillPlanConfig) -> tuple[PrefillWave
     assert plan.mode == "prefill"
     buckets: dict[int, list[int]] = {}
     for i, row in enumerate(plan.rows):
-        buckets.setdefault(padded_length(len(row.token_ids)), []).append(i)
+        buckets.setdefault(_power_bucket(len(row.token_ids)), []).append(i)
     waves: list[PrefillWave] = []
-    for length in sorted(buckets):
-        members = buckets[length]
+    for bucket in sorted(buckets):
+        members = buckets[bucket]
+        length = max(padded_length(len(plan.rows[i].token_ids)) for i in members)
         fit = max((b for b in PHYSICAL_BATCHES if b * length <= config.max_wave_tokens), default=1)
         if _sequential(config, [plan.rows[i] for i in members], padded_batch(min(len(members), fit)), length):
-            waves.extend(PrefillWave((i,), 1, length) for i in members)
+            waves.extend(PrefillWave((i,), 1, padded_length(len(plan.rows[i].token_ids))) for i in members)
             continue
         for first in range(0, len(members), fit):
             part = tuple(members[first:first + fit])
