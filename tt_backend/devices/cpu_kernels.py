@@ -8,7 +8,7 @@
   replaces several torch ops and rounds where they round.
 
 They are registered as `torch.ops.tt_backend.*`, so a TorchScript trace records them like any aten
-op. The build (about 30 s) is cached under torch's extension directory, keyed by the sources, the
+op. The build (about 15 s) is cached under torch's extension directory, keyed by the sources, the
 flags and this CPU's instruction set (`-march=native`); `scripts/setup.sh` runs it ahead. Without a
 compiler the model keeps its portable torch path (`cpu_kernels=auto`).
 """

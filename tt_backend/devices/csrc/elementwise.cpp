@@ -20,10 +20,9 @@
 
 namespace {
 
+using tt_kernels::dot;
 using tt_kernels::exp_approx;
-using tt_kernels::fold_lanes;
 using tt_kernels::from_float;
-using tt_kernels::kLanes;
 using tt_kernels::round_to;
 using tt_kernels::to_float;
 
@@ -44,14 +43,8 @@ inline int64_t grain(int64_t width) { return std::max<int64_t>(1, 32768 / std::m
 // out = weight * round(x * rsqrt(mean(x^2) + eps)), one row of n.
 template <typename T>
 inline void rms_norm_row(const float* x, const T* weight, T* out, int64_t n, float eps) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += x[i + l] * x[i + l];
-  float ss = fold_lanes(lanes);
-  for (; i < n; ++i) ss += x[i] * x[i];
-  const float inv = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
-  for (i = 0; i < n; ++i) out[i] = from_float<T>(to_float(weight[i]) * round_to<T>(x[i] * inv));
+  const float inv = 1.f / std::sqrt(dot(x, x, n) / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = from_float<T>(to_float(weight[i]) * round_to<T>(x[i] * inv));
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {

@@ -68,4 +68,14 @@ inline float fold_lanes(const float* lanes) {
   return s;
 }
 
+inline float dot(const float* a, const float* b, int64_t n) {
+  float lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
+  float s = fold_lanes(lanes);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 }  // namespace tt_kernels

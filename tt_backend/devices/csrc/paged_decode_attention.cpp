@@ -34,6 +34,7 @@
 
 namespace {
 
+using tt_kernels::dot;
 using tt_kernels::exp_approx;
 using tt_kernels::fold_lanes;
 using tt_kernels::from_float;
@@ -84,16 +85,6 @@ inline void for_each_key(const T* base, const Task<T>& t, Fn&& fn) {
   for_each_run(base, t, [&](int64_t i, const T* row, int64_t n) {
     for (int64_t j = 0; j < n; ++j, row += t.token_stride) fn(i + j, row);
   });
-}
-
-inline float dot(const float* a, const float* b, int64_t n) {
-  float lanes[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
-  float s = fold_lanes(lanes);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
 // Softmax of each query head's scores, in place.
