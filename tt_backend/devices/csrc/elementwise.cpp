@@ -18,11 +18,6 @@
 
 #include "numerics.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-#include <immintrin.h>
-#define TT_FAST_BF16 1
-#endif
-
 namespace {
 
 using tt_kernels::dot;
@@ -113,10 +108,10 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::T
 }
 
 #ifdef TT_FAST_BF16
-// 16 bf16 -> fp32, and fp32 -> bf16 (nearest, ties to even) -> fp32.
-inline __m512 load_bf16(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
+using tt_kernels::exp16;
+using tt_kernels::load_bf16x16;
+
+// fp32 -> bf16 (nearest, ties to even) -> fp32.
 inline __m512 round_bf16(__m512 x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x)), 16));
 }
@@ -127,22 +122,10 @@ inline __m512 round_bf16(__m512 x) {
 inline void silu_and_mul_bf16(const uint16_t* gate, const uint16_t* up, uint16_t* out, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.f);
   for (int64_t i = 0; i < n; i += 16) {
-    const __m512 g = load_bf16(gate + i);
-    __m512 x = _mm512_min_ps(_mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), g), _mm512_set1_ps(-87.f)),
-                             _mm512_set1_ps(88.f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(t, k);
-    __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
-    p = _mm512_fmadd_ps(p, f, one);
-    const __m512 d = _mm512_add_ps(one, _mm512_scalef_ps(p, k));  // 1 + e^-g
+    const __m512 g = load_bf16x16(gate + i);
+    const __m512 d = _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)));  // 1 + e^-g
     const __m512 silu = round_bf16(_mm512_div_ps(g, d));
-    _mm256_storeu_si256((__m256i*)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(silu, load_bf16(up + i))));
+    _mm256_storeu_si256((__m256i*)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(silu, load_bf16x16(up + i))));
   }
 }
 #endif

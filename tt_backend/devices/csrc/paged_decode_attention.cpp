@@ -27,11 +27,6 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-#include <immintrin.h>
-#define TT_FAST_BF16 1
-#endif
-
 namespace {
 
 using tt_kernels::dot;
@@ -136,6 +131,8 @@ void portable_task(const Task<T>& t, int64_t G, int64_t D, float* qf, float* acc
 }
 
 #ifdef TT_FAST_BF16
+using tt_kernels::load_bf16x16;
+
 // The 16 horizontal sums of a[0..15], in order, as one vector.
 inline __m512 sum_each(__m512* a) {
   __m512 b[8], c[4], d[2];
@@ -149,11 +146,6 @@ inline __m512 sum_each(__m512* a) {
     d[j] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0x88),
                          _mm512_shuffle_f32x4(c[2 * j], c[2 * j + 1], 0xDD));
   return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xDD));
-}
-
-inline __m512 bf16x16_to_float(const uint16_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
 // G query heads of D = 32 * DP dims; the G x D/16 output accumulators stay in registers.
@@ -190,7 +182,7 @@ void fast_task(const Task<uint16_t>& t) {
     for (int c = 0; c < DC; ++c) acc[g][c] = _mm512_setzero_ps();
   for_each_key(t.v, t, [&](int64_t i, const uint16_t* v) {
     __m512 vc[DC];
-    for (int c = 0; c < DC; ++c) vc[c] = bf16x16_to_float(v + 16 * c);
+    for (int c = 0; c < DC; ++c) vc[c] = load_bf16x16(v + 16 * c);
     for (int g = 0; g < G; ++g) {
       const __m512 w = _mm512_set1_ps(t.scores[g * count + i]);
       for (int c = 0; c < DC; ++c) acc[g][c] = _mm512_fmadd_ps(w, vc[c], acc[g][c]);
