@@ -33,7 +33,7 @@ fi
 
 # The native CPU kernels (tt_backend/devices/cpu_kernels.py): built once (~15 s) and cached, so the
 # first server or test does not pay for it; a cached build loads in about a second. Never fatal:
-# without a compiler the engine keeps its portable attention.
+# without a compiler the engine keeps its torch ops (cpu_kernels=auto).
 if [ ! -f "$VENV/.tt_backend-kernels" ] \
         || [ -n "$(find tt_backend/devices/csrc -newer "$VENV/.tt_backend-kernels")" ]; then
     "$VENV/bin/python" -m tt_backend.devices.cpu_kernels && touch "$VENV/.tt_backend-kernels"

@@ -177,7 +177,10 @@ class PrefillRuntimeConfig:
 
     @property
     def lengths(self) -> tuple[int, ...]:
-        return tuple(sorted({padded_length(n) for n in range(1, self.max_row_tokens + 1)}))
+        top, lengths = padded_length(self.max_row_tokens), [padded_length(1)]
+        while lengths[-1] < top:  # each bucket's successor is the bucket of one token more
+            lengths.append(padded_length(lengths[-1] + 1))
+        return tuple(lengths)
 
     @property
     def shapes(self) -> tuple[StepShape, ...]:

@@ -83,13 +83,14 @@ def plan_prefill(plan: StepPlan, config: PrefillPlanConfig) -> tuple[PrefillWave
     buckets: dict[int, list[int]] = {}
     for i, row in enumerate(plan.rows):
         buckets.setdefault(_power_bucket(len(row.token_ids)), []).append(i)
+    padded = [padded_length(len(row.token_ids)) for row in plan.rows]
     waves: list[PrefillWave] = []
     for bucket in sorted(buckets):
         members = buckets[bucket]
-        length = max(padded_length(len(plan.rows[i].token_ids)) for i in members)
+        length = max(padded[i] for i in members)
         fit = max((b for b in PHYSICAL_BATCHES if b * length <= config.max_wave_tokens), default=1)
         if _sequential(config, [plan.rows[i] for i in members], padded_batch(min(len(members), fit)), length):
-            waves.extend(PrefillWave((i,), 1, padded_length(len(plan.rows[i].token_ids))) for i in members)
+            waves.extend(PrefillWave((i,), 1, padded[i]) for i in members)
             continue
         for first in range(0, len(members), fit):
             part = tuple(members[first:first + fit])

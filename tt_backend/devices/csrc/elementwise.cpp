@@ -47,63 +47,59 @@ inline void rms_norm_row(const float* x, const T* weight, T* out, int64_t n, flo
   for (int64_t i = 0; i < n; ++i) out[i] = from_float<T>(to_float(weight[i]) * round_to<T>(x[i] * inv));
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  TORCH_CHECK(x.scalar_type() == weight.scalar_type(), "rms_norm: x and weight dtypes differ");
+// out = rms_norm(x) row by row over the last dimension; with a residual, the norm reads
+// round(x + residual) instead, which is also stored in `sum` (the stream after the add).
+void norm_rows(const char* name, const at::Tensor& x, const at::Tensor* residual, const at::Tensor& weight,
+               double eps, at::Tensor& out, at::Tensor* sum) {
+  TORCH_CHECK(x.scalar_type() == weight.scalar_type(), name, ": x and weight dtypes differ");
   const int64_t n = x.size(-1);
-  TORCH_CHECK(weight.numel() == n, "rms_norm: weight has ", weight.numel(), " elements, rows have ", n);
+  TORCH_CHECK(weight.numel() == n, name, ": weight has ", weight.numel(), " elements, rows have ", n);
   const auto xc = x.contiguous();
   const auto wc = weight.contiguous();
-  auto out = at::empty_like(xc);
+  at::Tensor rc;
+  if (residual != nullptr) {
+    TORCH_CHECK(residual->scalar_type() == x.scalar_type(), name, ": x and residual dtypes differ");
+    TORCH_CHECK(residual->sizes() == x.sizes(), name, ": x and residual shapes differ");
+    rc = residual->contiguous();
+  }
   const int64_t rows = xc.numel() / std::max<int64_t>(n, 1);
-  dispatch(xc.scalar_type(), "rms_norm", [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    const T* src = static_cast<const T*>(xc.data_ptr());
-    const T* w = static_cast<const T*>(wc.data_ptr());
-    T* dst = static_cast<T*>(out.data_ptr());
-    at::parallel_for(0, rows, grain(n), [&](int64_t begin, int64_t end) {
-      std::vector<float> row(n);
-      for (int64_t r = begin; r < end; ++r) {
-        for (int64_t i = 0; i < n; ++i) row[i] = to_float(src[r * n + i]);
-        rms_norm_row(row.data(), w, dst + r * n, n, static_cast<float>(eps));
-      }
-    });
-  });
-  return out;
-}
-
-// sum = round(x + residual); returns (rms_norm(sum), sum).
-std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
-                                                const at::Tensor& weight, double eps) {
-  TORCH_CHECK(x.scalar_type() == residual.scalar_type() && x.scalar_type() == weight.scalar_type(),
-              "add_rms_norm: x, residual and weight dtypes differ");
-  TORCH_CHECK(x.sizes() == residual.sizes(), "add_rms_norm: x and residual shapes differ");
-  const int64_t n = x.size(-1);
-  TORCH_CHECK(weight.numel() == n, "add_rms_norm: weight has ", weight.numel(), " elements, rows have ", n);
-  const auto xc = x.contiguous();
-  const auto rc = residual.contiguous();
-  const auto wc = weight.contiguous();
-  auto out = at::empty_like(xc);
-  auto sum = at::empty_like(xc);
-  const int64_t rows = xc.numel() / std::max<int64_t>(n, 1);
-  dispatch(xc.scalar_type(), "add_rms_norm", [&](auto* tag) {
+  dispatch(xc.scalar_type(), name, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* a = static_cast<const T*>(xc.data_ptr());
-    const T* b = static_cast<const T*>(rc.data_ptr());
+    const T* b = residual != nullptr ? static_cast<const T*>(rc.data_ptr()) : nullptr;
     const T* w = static_cast<const T*>(wc.data_ptr());
     T* dst = static_cast<T*>(out.data_ptr());
-    T* s = static_cast<T*>(sum.data_ptr());
+    T* s = sum != nullptr ? static_cast<T*>(sum->data_ptr()) : nullptr;
     at::parallel_for(0, rows, grain(n), [&](int64_t begin, int64_t end) {
       std::vector<float> row(n);
       for (int64_t r = begin; r < end; ++r) {
-        for (int64_t i = 0; i < n; ++i) {
-          const T v = from_float<T>(to_float(a[r * n + i]) + to_float(b[r * n + i]));
-          s[r * n + i] = v;
-          row[i] = to_float(v);
+        if (b == nullptr) {
+          for (int64_t i = 0; i < n; ++i) row[i] = to_float(a[r * n + i]);
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            const T v = from_float<T>(to_float(a[r * n + i]) + to_float(b[r * n + i]));
+            s[r * n + i] = v;
+            row[i] = to_float(v);
+          }
         }
         rms_norm_row(row.data(), w, dst + r * n, n, static_cast<float>(eps));
       }
     });
   });
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  norm_rows("rms_norm", x, nullptr, weight, eps, out, nullptr);
+  return out;
+}
+
+// Returns (rms_norm(x + residual), x + residual), the sum rounded once as torch's add rounds it.
+std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                const at::Tensor& weight, double eps) {
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  auto sum = at::empty_like(x, at::MemoryFormat::Contiguous);
+  norm_rows("add_rms_norm", x, &residual, weight, eps, out, &sum);
   return {out, sum};
 }
 
