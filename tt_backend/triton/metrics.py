@@ -76,10 +76,11 @@ class EngineMetrics:
         self.engine_failures = metrics("tt:engine_failures_total", "Engine thread failures", counter)
 
     def update(self, stats: EngineStats) -> None:
+        """Counters and histograms first, the gauges last: a scrape taken while this runs and
+        seeing the new gauges (say, nothing running) then also sees every count of the report
+        that set them. With the gauges first, a scrape in between saw an idle engine whose last
+        step's counts were missing."""
         lane = str(stats.lane)
-        self.running[(lane, "")].set(stats.num_running)
-        self.waiting[(lane, "")].set(stats.num_waiting)
-        self.kv_usage[(lane, "")].set(stats.kv_cache_usage)
         for counter, value in ((self.prompt_tokens, stats.prompt_tokens),
                                (self.generation_tokens, stats.generation_tokens),
                                (self.preemptions, stats.preemptions),
@@ -105,6 +106,9 @@ class EngineMetrics:
                                        (self.tpot, done.time_per_output_token_s)):
                 if seconds is not None:
                     histogram[(lane, "")].observe(seconds)
+        self.running[(lane, "")].set(stats.num_running)
+        self.waiting[(lane, "")].set(stats.num_waiting)
+        self.kv_usage[(lane, "")].set(stats.kv_cache_usage)
 
     def engine_failed(self, lane: int = 0) -> None:
         self.engine_failures[(str(lane), "")].increment(1)
