@@ -77,9 +77,11 @@ def test_the_hash_is_uniform_over_counters() -> None:
 
 def test_greedy_rows_take_the_argmax_in_every_variant() -> None:
     logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
+    logits[1, [30, 60]] = 9.0  # a tie: the first index wins, as argmax's
     tensors = SamplingTensors.build([SamplingParams(temperature=0.0)] * 4, [1, 2, 3, 4], [0] * 4)
     for variant in ("greedy", "sample", "sample_filtered"):
-        assert torch.equal(select_tokens(logits, tensors, variant), logits.argmax(-1))  # type: ignore[arg-type]
+        tokens = select_tokens(logits, tensors, variant)  # type: ignore[arg-type]
+        assert torch.equal(tokens, logits.argmax(-1)) and tokens[1] == 30
 
 
 def test_a_seeded_row_does_not_depend_on_the_batch_or_the_variant() -> None:

