@@ -48,7 +48,8 @@ class EngineConfig:
     enable_prefix_caching: bool | None = None
     """These two, unset: on when the model declares support; true on a model without it fails."""
     decode_steps_between_prefills: int = 1
-    """Decode steps after each prefill step while requests decode (0: prefill until done)."""
+    """Decode steps after a prefill step that leaves a prompt partly prefilled (between the chunks
+    of a long prompt), while requests decode (0: prefill until done)."""
     block_size: int = 16
     num_kv_blocks: int | None = None
     """Physical KV blocks per lane; when unset, derived from `kv_cache_memory_bytes`."""

@@ -10,9 +10,10 @@ from tt_backend.scheduler.request import Request, RequestStatus
 BLOCK = 4
 
 
-def make(lanes: int, num_blocks: int = 16, max_seqs: int = 4, chunked: bool = True) -> LaneCoordinator:
-    return LaneCoordinator(SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=64, max_model_len=64,
-                                           block_size=BLOCK, num_blocks=num_blocks,
+def make(lanes: int, num_blocks: int = 16, max_seqs: int = 4, chunked: bool = True,
+         budget: int = 64) -> LaneCoordinator:
+    return LaneCoordinator(SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+                                           max_model_len=64, block_size=BLOCK, num_blocks=num_blocks,
                                            enable_chunked_prefill=chunked), lanes)
 
 
@@ -38,18 +39,24 @@ def test_least_loaded_assignment_is_sticky() -> None:
 
 
 def test_one_mode_for_all_lanes_with_the_decode_cadence() -> None:
-    c = make(2)
+    c = make(2, budget=8, num_blocks=32)
     c.add(req("a", 5))  # lane 0
     step = c.schedule()
     assert step.plan.mode == "prefill" and [p.lane for p in step.lanes] == [0]
     advance(c, step)
-    c.add(req("b", 3))  # lane 1 (lane 0 holds a): lane 1 wants prefill
+    c.add(req("b", 12))  # lane 1 (lane 0 holds a): lane 1 wants prefill; 12 tokens take two chunks
     step = c.schedule()
-    assert step.plan.mode == "decode" and step.request_ids == ("a",)  # the decode owed after a prefill
+    # Lane 1's prefill makes the whole step a prefill step (a's complete prompt owes no decode step
+    # first); lane 0 contributes an empty slice.
+    assert step.plan.mode == "prefill" and step.request_ids == ("b",) and [p.lane for p in step.lanes] == [1]
+    assert len(step.plan.rows[0].token_ids) == 8
     advance(c, step)
     step = c.schedule()
-    # Lane 1's prefill makes the whole step a prefill step; lane 0 contributes an empty slice.
-    assert step.plan.mode == "prefill" and step.request_ids == ("b",) and [p.lane for p in step.lanes] == [1]
+    assert step.plan.mode == "decode" and step.request_ids == ("a",)  # owed after b's partial chunk
+    advance(c, step)
+    step = c.schedule()
+    assert step.plan.mode == "prefill" and step.request_ids == ("b",)
+    assert len(step.plan.rows[0].token_ids) == 4
     advance(c, step)
     step = c.schedule()
     assert step.plan.mode == "decode" and step.request_ids == ("a", "b")

@@ -48,8 +48,26 @@ def test_long_prompt_is_chunked_and_decode_interleaves() -> None:
             row = step.plan.rows[0]
             chunks.append((row.start_position, len(row.token_ids), row.sample))
         s.update(step, [5] * sum(r.sample for r in step.plan.rows))
-    assert modes == ["decode", "prefill", "decode", "prefill", "decode", "prefill"]
+    # A decode step after each chunk that leaves the prompt partial; none before its first chunk.
+    assert modes == ["prefill", "decode", "prefill", "decode", "prefill", "decode"]
     assert chunks == [(0, 8, False), (8, 8, False), (16, 4, True)]
+
+
+def test_a_burst_is_prefilled_back_to_back_before_decode() -> None:
+    s = make(budget=6)
+    s.add(req("a", 6))
+    s.update(s.schedule(), [1])  # a decodes from now on
+    for rid in "bcd":
+        s.add(req(rid, 6))  # one prompt per step fits the budget
+    modes, ids = [], []
+    for _ in range(4):
+        step = s.schedule()
+        modes.append(step.plan.mode)
+        ids.append(step.request_ids)
+        s.update(step, [5] * sum(r.sample for r in step.plan.rows))
+    # Each prompt completes in its step, so no decode step is owed between them.
+    assert modes == ["prefill", "prefill", "prefill", "decode"]
+    assert ids == [("b",), ("c",), ("d",), ("a", "b", "c", "d")]
 
 
 def test_unchunked_prompt_waits_for_budget() -> None:
@@ -103,8 +121,7 @@ def test_abort_in_every_state_frees_blocks() -> None:
     s.add(req("c", 8))
     step = s.schedule()  # admits w only (budget 4)
     s.update(step, [1])
-    s.update(s.schedule(), [2])  # decode w
-    step = s.schedule()  # prefill r
+    step = s.schedule()  # prefill r, not yet run: w decodes, r prefills, c waits
     assert step.request_ids == ("r",)
     for rid in ("w", "r", "c"):
         assert s.finish(rid, RequestStatus.FINISHED_ABORTED) is not None
@@ -121,8 +138,6 @@ def test_slots_are_taken_lowest_first_released_on_finish_and_preemption() -> Non
     assert [s.requests[r].slot for r in "abc"] == [0, 1, 2]
     s.finish("a", RequestStatus.FINISHED_ABORTED)
     s.add(req("d", 3))
-    step = s.schedule()  # the decode step owed after the prefill
-    s.update(step, [4, 5])
     step = s.schedule()  # d is admitted into a's slot
     assert step.plan.mode == "prefill" and s.requests["d"].slot == 0
     s.update(step, [6])

@@ -4,9 +4,9 @@ Each lane has its own waiting/running queues, admission, slots and KV block pool
 block ids. A new request goes to the least-loaded lane (fewest requests; the lowest lane on a
 tie) and stays there. Every step has one mode for all lanes:
 - if any lane could admit prefill work, and no decode steps are owed, every lane runs a prefill
-  step (a lane without prefill work contributes an empty slice); after a prefill step, while any
-  lane has requests ready to decode, the next `decode_steps_between_prefills` steps are decode
-  steps (the one-lane cadence, applied to all);
+  step (a lane without prefill work contributes an empty slice); after a prefill step that leaves
+  a prompt partly prefilled in any lane, while any lane has requests ready to decode, the next
+  `decode_steps_between_prefills` steps are decode steps (the one-lane cadence, applied to all);
 - a prefill step that admits nothing while a lane has running decode work is retried as decode
   (so KV pressure in one lane cannot stall the loop);
 - otherwise every lane runs a decode step.
@@ -93,7 +93,8 @@ class LaneCoordinator:
         else:
             steps = [lane.schedule("decode") for lane in self.lanes]
         merged = self._merge("shared", steps)
-        self.cadence.record(merged.plan.mode)
+        self.cadence.record(merged.plan.mode, any(lane.prompt_left_partial(step)
+                                                  for lane, step in zip(self.lanes, steps, strict=True)))
         return merged
 
     def schedule_decode_continuation(self, previous: ScheduledStep) -> MergedStep | None:

@@ -1,9 +1,10 @@
 """PhaseScheduler: one lane; every step is prefill-only, decode-only or empty.
 
 Policy (from the serving design):
-- Prefill is admitted first, so decode steps run with bigger batches; but after each prefill
-  step, while requests are ready to decode, the next `decode_steps_between_prefills` steps are
-  decode steps, so running streams keep advancing between the chunks of a long prompt.
+- Prefill is admitted first, so decode steps run with bigger batches and new requests get their
+  first token without waiting behind decode steps; but after a prefill step that leaves a prompt
+  partly prefilled, while requests are ready to decode, the next `decode_steps_between_prefills`
+  steps are decode steps, so running streams keep advancing between the chunks of a long prompt.
 - A prompt longer than the step's token budget is split into chunks over several prefill steps
   (`enable_chunked_prefill`).
 - When a step runs out of KV blocks, the most recently admitted running request is preempted
@@ -43,8 +44,9 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     decode_steps_between_prefills: int = 1
-    """Decode steps owed after each prefill step while requests are ready to decode; 0 lets
-    prefill run until no prefill work can be admitted."""
+    """Decode steps owed after a prefill step that leaves a prompt partly prefilled (between the
+    chunks of a long prompt), while requests are ready to decode; 0 lets prefill run until no
+    prefill work can be admitted."""
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,17 @@ class SampledToken:
 
 @dataclass
 class DecodeCadence:
-    """After each prefill step, the next `steps_between_prefills` steps are owed to decode."""
+    """After a prefill step that leaves a prompt partly prefilled, the next
+    `steps_between_prefills` steps are owed to decode. A prefill step that completes every
+    prompt it touched owes nothing: the next waiting request is admitted at once (owing decode
+    steps there delayed every request of a burst but the first by a whole decode step)."""
 
     steps_between_prefills: int
     owed: int = 0
 
-    def record(self, mode: str) -> None:
+    def record(self, mode: str, prompt_left_partial: bool = False) -> None:
         if mode == "prefill":
-            self.owed = self.steps_between_prefills
+            self.owed = self.steps_between_prefills if prompt_left_partial else 0
         elif mode == "decode":
             self.owed = max(0, self.owed - 1)
 
@@ -155,8 +160,15 @@ class PhaseScheduler:
                 self._preempt(victim)
                 retry = self.schedule()
                 return ScheduledStep(retry.plan, retry.request_ids, (victim.request_id, *retry.preempted))
-        self.cadence.record(step.plan.mode)
+        self.cadence.record(step.plan.mode, self.prompt_left_partial(step))
         return step
+
+    def prompt_left_partial(self, step: ScheduledStep) -> bool:
+        """Whether a running prompt is still partly prefilled once `step` has run: a chunk of
+        the step ends before its prompt does, or a prefilling request did not fit the step."""
+        in_step = set(step.request_ids)
+        return any(not row.sample for row in step.plan.rows) or any(
+            r.is_prefilling and r.request_id not in in_step for r in self.running)
 
     def schedule_decode_continuation(self, previous: ScheduledStep) -> ScheduledStep | None:
         """The decode step after `previous`, scheduled before its tokens are known (async decode):
