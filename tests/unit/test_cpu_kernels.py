@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from tt_backend.devices import cpu_kernels
 from tt_backend.devices.cpu_kernels import load_kernels, paged_decode_attention
+from tt_backend.devices.torch_linear import SMALL_ROWS, PackedLinear, tile_layout
 from tt_backend.models.llama import RMSNorm, _rotate_half, gather_kv, write_kv
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
@@ -178,3 +179,51 @@ def test_elementwise_bad_inputs_name_the_problem() -> None:
     with pytest.raises(RuntimeError, match="slot 16 is outside the cache"):
         cpu_kernels.rope_and_cache(torch.ones(1, 12), torch.ones(1, 4), torch.ones(1, 4), kv,
                                    torch.tensor([16]), 1, 1)
+
+
+def needs_tiles() -> None:
+    if not cpu_kernels.tile_linear_supported():
+        pytest.skip("this CPU has no AMX bf16 tiles")
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 32, 40, 64])
+def test_tile_linear_matches_an_fp32_linear(rows: int) -> None:
+    needs_tiles()
+    g = torch.Generator().manual_seed(rows)
+    w, x, bias = (torch.randn(*shape, generator=g).bfloat16() for shape in ((96, 64), (rows, 64), (96,)))
+    got = cpu_kernels.tile_linear(x, tile_layout(w), bias)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, 96)
+    # One rounding of an fp32 sum: within a bf16 ulp (2^-8 relative, at most) of the fp32 result.
+    assert within_a_bf16_ulp(got, F.linear(x.float(), w.float(), bias.float()))
+    unbiased = cpu_kernels.tile_linear(x.view(1, rows, 64), tile_layout(w), None)
+    assert unbiased.shape == (1, rows, 96)
+    assert within_a_bf16_ulp(unbiased[0], F.linear(x.float(), w.float()))
+
+
+def within_a_bf16_ulp(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return bool(((got.float() - want).abs() <= 2 ** -8 * want.abs() + 1e-4).all())
+
+
+def test_a_traced_packed_linear_keeps_both_sides_of_the_row_test() -> None:
+    needs_tiles()
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 96).bfloat16()
+    packed = PackedLinear(layer, tiles=True)
+    assert packed.tiles is not None
+    traced = torch.jit.trace(packed, torch.randn(1, 64).bfloat16(), check_trace=False)
+    graph = str(traced.inlined_graph)
+    assert "tt_backend::tile_linear" in graph and "mkldnn::_linear_pointwise" in graph
+    for rows in (1, SMALL_ROWS, SMALL_ROWS + 1, 300):  # tiles, tiles, oneDNN, oneDNN
+        x = torch.randn(rows, 64).bfloat16()
+        want = F.linear(x.float(), layer.weight.float(), layer.bias.float())
+        assert ((traced(x).float() - want).abs() <= 2 ** -7 * want.abs() + 1e-2).all()
+
+
+def test_tile_linear_bad_inputs_name_the_problem() -> None:
+    needs_tiles()
+    with pytest.raises(RuntimeError, match="multiples of 32, got 48 and 64"):
+        cpu_kernels.tile_linear(torch.ones(2, 64).bfloat16(), torch.ones(48, 64).bfloat16(), None)
+    with pytest.raises(RuntimeError, match="x has 32 features, the weight 64"):
+        cpu_kernels.tile_linear(torch.ones(2, 32).bfloat16(), torch.ones(64, 64).bfloat16(), None)
+    with pytest.raises(RuntimeError, match="must be bfloat16"):
+        cpu_kernels.tile_linear(torch.ones(2, 64), torch.ones(64, 64).bfloat16(), None)

@@ -6,6 +6,9 @@
 - csrc/elementwise.cpp: `rms_norm`, `add_rms_norm` (the residual add fused into the next norm),
   `silu_and_mul` and `rope_and_cache` (RoPE of q and k with k and v stored in the cache). Each
   replaces several torch ops and rounds where they round.
+- `tile_linear` (csrc/tile_linear.cpp): a bf16 linear layer of a few rows on AMX tiles, streaming
+  its weight faster than oneDNN does at decode sizes; only on CPUs with AMX
+  (`tile_linear_supported`). `devices/torch_linear.py` decides when it runs.
 
 They are registered as `torch.ops.tt_backend.*`, so a TorchScript trace records them like any aten
 op. The build (about 15 s) is cached under torch's extension directory, keyed by the sources, the
@@ -28,8 +31,8 @@ import torch
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp"]
-OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache")
+SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "tile_linear.cpp"]
+OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "tile_linear")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
 _FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=off", "-fopenmp"]
 
@@ -107,6 +110,19 @@ def rope_and_cache(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: 
     and returns the rotated q [N, H, D]."""
     q: torch.Tensor = torch.ops.tt_backend.rope_and_cache(qkv, cos, sin, kv, slots, num_heads, num_kv_heads)
     return q
+
+
+def tile_linear_supported() -> bool:
+    """Whether `tile_linear` runs here: the kernels are loaded, this CPU has AMX bf16 tiles, the
+    build targets them, and the OS lets this process use them."""
+    return load_kernels() is None and bool(torch.ops.tt_backend.tile_linear_supported())
+
+
+def tile_linear(x: torch.Tensor, tiles: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [..., K] @ W.T (+ bias) -> [..., N] in bf16, W [N, K] given in the tile layout
+    (`torch_linear.tile_layout`)."""
+    out: torch.Tensor = torch.ops.tt_backend.tile_linear(x, tiles, bias)
+    return out
 
 
 if __name__ == "__main__":  # scripts/setup.sh: build ahead, report, never fail the setup

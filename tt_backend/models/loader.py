@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from tt_backend.config import CpuKernelsName
-from tt_backend.devices.cpu_kernels import load_kernels
+from tt_backend.devices.cpu_kernels import load_kernels, tile_linear_supported
 from tt_backend.devices.torch_linear import can_pack, pack_linears
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.registry import ModelRegistry, build_registry
@@ -50,28 +50,31 @@ def load_model(model_dir: Path, dtype: torch.dtype, device: torch.device,
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     module.load_state_dict(state, strict=True, assign=True)
     module.to(device).eval().requires_grad_(False)
+    native = select_kernels(module, device, kernels)
     if can_pack(device, dtype):
-        pack_linears(module)  # oneDNN's blocked weight layout: faster bf16 matmuls on CPU
-    select_kernels(module, device, kernels)
+        # oneDNN's blocked weight layout: faster bf16 matmuls on CPU; with AMX, tiles for decode.
+        pack_linears(module, tiles=native and tile_linear_supported())
     return LoadedModel(module, spec, entry.arch, cls.capabilities)  # type: ignore[attr-defined]
 
 
-def select_kernels(module: nn.Module, device: torch.device, kernels: CpuKernelsName) -> None:
+def select_kernels(module: nn.Module, device: torch.device, kernels: CpuKernelsName) -> bool:
     """Switch the model to the native CPU kernels where `kernels` asks for them and they are
-    available; `native` fails when they are not, `auto` keeps the torch path."""
+    available; `native` fails when they are not, `auto` keeps the torch path. Returns whether
+    the model runs on them."""
     if kernels == "torch":
-        return
+        return False
     use_native = getattr(module, "use_native_kernels", None)
     if device.type != "cpu" or use_native is None:
         where = f"device {device.type}" if device.type != "cpu" else type(module).__name__
         if kernels == "native":
             raise ValueError(f"cpu_kernels=native: the native kernels serve Llama-family models on the CPU, "
                              f"not {where}")
-        return
+        return False
     error = load_kernels()
     if error is not None:
         if kernels == "native":
             raise ValueError(f"cpu_kernels=native: the native CPU kernels are unavailable ({error})")
         logger.warning("native CPU kernels unavailable, using torch ops: %s", error)
-        return
+        return False
     use_native()
+    return True
