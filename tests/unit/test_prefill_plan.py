@@ -1,7 +1,13 @@
 import pytest
 
 from tt_backend.runtime.plan import PlannedRow, StepPlan
-from tt_backend.runtime.prefill_plan import PrefillPlanConfig, PrefillWave, padded_length, plan_prefill
+from tt_backend.runtime.prefill_plan import (
+    DENSE_BATCHES,
+    PrefillPlanConfig,
+    PrefillWave,
+    padded_length,
+    plan_prefill,
+)
 
 CONFIG = PrefillPlanConfig(batching_supported=True, max_physical_batch=32, regular_chunk_size=2048)
 
@@ -12,6 +18,17 @@ def rows(*lengths: int, start: int = 0) -> StepPlan:
 
 def test_fifteen_rows_make_one_padded_16_wave() -> None:
     assert plan_prefill(rows(*[20] * 15), CONFIG) == (PrefillWave(tuple(range(15)), 16, 32),)
+
+
+def test_dense_batches_pad_a_wave_by_at_most_a_few_rows() -> None:
+    dense = PrefillPlanConfig(True, 32, 2048, max_wave_tokens=2048, batches=DENSE_BATCHES)
+    assert plan_prefill(rows(*[100] * 7), dense) == (PrefillWave(tuple(range(7)), 7, 112),)
+    assert plan_prefill(rows(*[100] * 9), dense) == (PrefillWave(tuple(range(9)), 10, 112),)
+    assert plan_prefill(rows(*[20] * 17), dense) == (PrefillWave(tuple(range(17)), 20, 32),)
+    # 20 x 112 tokens exceed max_wave_tokens (2048): 16 rows fit (18 is not a physical batch).
+    assert plan_prefill(rows(*[100] * 20), dense) == (PrefillWave(tuple(range(16)), 16, 112),
+                                                      PrefillWave(tuple(range(16, 20)), 4, 112))
+    assert plan_prefill(rows(*[100] * 7), CONFIG) == (PrefillWave(tuple(range(7)), 8, 112),)
 
 
 def test_rows_bucket_by_padded_length_in_original_order() -> None:

@@ -25,7 +25,7 @@ from tt_backend.runtime.config import (
     TraceConfig,
 )
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig
-from tt_backend.runtime.prefill_plan import PrefillPlanConfig
+from tt_backend.runtime.prefill_plan import DENSE_BATCHES, PHYSICAL_BATCHES, PrefillPlanConfig
 from tt_backend.runtime.runner import ModelRunner
 
 logger = logging.getLogger(__name__)
@@ -118,8 +118,11 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
     layout = PageTableLayout.resolve(config.block_size, config.max_model_len, num_blocks)
     kv = PagedKVCacheConfig(spec.num_layers, num_blocks, config.block_size, spec.num_kv_heads, spec.head_dim,
                             dtype)
+    # The CPU device traces one graph per step function for every shape, so denser waves cost it
+    # only their capture; CUDA graphs and compiled programs cost memory or time per shape.
+    batches = DENSE_BATCHES if device.type == "cpu" else PHYSICAL_BATCHES
     plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
-                                     lanes * config.max_num_seqs, config.max_num_batched_tokens)
+                                     lanes * config.max_num_seqs, config.max_num_batched_tokens, batches)
     trace = TraceConfig.resolve(config.trace_mode, device.type)
     return ModelRunner(module, kv, layout, TorchDevice(device), trace,
                        DecodeRuntimeConfig.resolve(layout, lanes * config.max_num_seqs),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from tt_backend.runtime.prefill_plan import PHYSICAL_BATCHES, PrefillPlanConfig, padded_length
+from tt_backend.runtime.prefill_plan import PrefillPlanConfig, padded_length
 from tt_backend.sampling.device_sampler import DEVICE_VARIANTS, StepVariant
 
 TraceMode = Literal["none", "decode_only", "all"]
@@ -188,7 +188,7 @@ class PrefillRuntimeConfig:
         single rows continuing a cached prefix or an earlier chunk (any wider table)."""
         out: list[StepShape] = []
         for length in self.lengths:
-            batches = [b for b in PHYSICAL_BATCHES if b <= self.plan.max_physical_batch
+            batches = [b for b in self.plan.batches if b <= self.plan.max_physical_batch
                        and (b == 1 or b * length <= self.plan.max_wave_tokens)]
             out.extend(self.shape(b, length, length) for b in batches)
             first = self.layout.width_for(length)
