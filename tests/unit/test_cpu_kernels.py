@@ -135,6 +135,34 @@ def test_rms_norm_and_the_fused_residual_add(dtype: torch.dtype) -> None:
     near(normed, torch_rms_norm(x + residual, weight, 1e-5))
 
 
+def fixed_order_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The kernels' RMSNorm of one bf16 row, step by step in fp32: squares summed in 16 lanes
+    (element i into lane i % 16), the lanes in turn, then the tail; normalised, rounded, weighted."""
+    v, n = x.float(), x.numel()
+    lanes = torch.zeros(16)
+    whole = n - n % 16
+    for i in range(0, whole, 16):
+        lanes = lanes + v[i:i + 16] * v[i:i + 16]
+    total = torch.zeros((), dtype=torch.float32)
+    for value in (*lanes, *(v[whole:] * v[whole:])):
+        total = total + value
+    inv = 1 / torch.sqrt(total / n + torch.tensor(eps))
+    return (weight.float() * (v * inv).bfloat16().float()).bfloat16()
+
+
+@pytest.mark.parametrize("width", [576, 72])  # the AVX512 rows (multiples of 16) and the portable ones
+def test_bf16_rms_norm_is_exactly_the_fixed_order_computation(width: int) -> None:
+    gen = torch.Generator().manual_seed(width)
+    x = (3 * torch.randn(4, width, generator=gen)).bfloat16()
+    residual = torch.randn(4, width, generator=gen).bfloat16()
+    weight = (1 + 0.1 * torch.randn(width, generator=gen)).bfloat16()
+    normed, total = cpu_kernels.add_rms_norm(x, residual, weight, 1e-5)
+    assert torch.equal(total, x + residual)
+    for r in range(4):
+        assert torch.equal(normed[r], fixed_order_rms_norm(total[r], weight, 1e-5))
+        assert torch.equal(cpu_kernels.rms_norm(x, weight, 1e-5)[r], fixed_order_rms_norm(x[r], weight, 1e-5))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_and_mul(dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(2)
