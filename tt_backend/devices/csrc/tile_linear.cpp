@@ -55,6 +55,11 @@ void run_tiles(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint1
   const int arows = static_cast<int>(std::min<int64_t>(M, 16));  // (more than 16 rows: padded to 16s)
   at::parallel_for(0, N / 32, 1, [&](int64_t begin, int64_t end) {
     alignas(64) float sums[32 * 32];
+    // The thread's tile state is put back at the end. oneDNN's AMX kernels run on the same threads;
+    // its lazy configure compares with the loaded state and would reconfigure anyway, but nothing
+    // else that runs here has to.
+    TileConfig saved;
+    _tile_storeconfig(&saved);
     TileConfig cfg;
     for (int t = 0; t < 8; ++t) {
       cfg.rows[t] = t < 6 ? arows : 16;
@@ -104,7 +109,11 @@ void run_tiles(const uint16_t* x, const uint16_t* w, const uint16_t* bias, uint1
         }
       }
     }
-    _tile_release();
+    if (saved.palette != 0) {
+      _tile_loadconfig(&saved);
+    } else {
+      _tile_release();
+    }
   });
 }
 #endif
