@@ -8,7 +8,8 @@
   replaces several torch ops and rounds where they round.
 - `tile_linear` (csrc/tile_linear.cpp): a bf16 linear layer of a few rows on AMX tiles, streaming
   its weight faster than oneDNN does at decode sizes; only on CPUs with AMX
-  (`tile_linear_supported`). `devices/torch_linear.py` decides when it runs.
+  (`tile_linear_supported`). `linear` runs it up to a row count and oneDNN's kernel beyond;
+  `devices/torch_linear.py` uses that.
 
 They are registered as `torch.ops.tt_backend.*`, so a TorchScript trace records them like any aten
 op. The build (about 15 s) is cached under torch's extension directory, keyed by the sources, the
@@ -32,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "tile_linear.cpp"]
-OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "tile_linear")
+OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "tile_linear",
+       "linear")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
 _FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=off", "-fopenmp"]
 

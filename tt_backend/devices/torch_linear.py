@@ -10,13 +10,12 @@ On a CPU with AMX tiles and the native kernels loaded, each layer also keeps its
 tile layout, and a call with at most SMALL_ROWS rows (decode steps) runs `cpu_kernels.tile_linear`,
 which streams the weight faster than oneDNN at those sizes: the default model's linear layers
 took 10.2 against 14.7 ms at 1 row and 12.6 against 17.1 ms at 32 rows. The choice is made per
-call inside a scripted function, so one traced graph serves every batch size. The price is a
-second copy of the linear weights in memory.
+call inside one op (`tt_backend::linear`), so one traced graph serves every batch size. The price
+is a second copy of the linear weights in memory.
 """
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable
 from typing import Any, List, Optional, Union  # noqa: UP035  (TorchScript reads these annotations)
@@ -42,21 +41,6 @@ def _packed_linear_script(x: torch.Tensor, weight: torch.Tensor,
     no_scalars = torch.jit.annotate(List[Optional[Union[int, float, complex]]], [])  # noqa: UP006, UP007, UP045
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
 
-
-
-def _tiled_linear(x: torch.Tensor, weight: torch.Tensor, tiles: torch.Tensor,
-                  bias: Optional[torch.Tensor], small_rows: int) -> torch.Tensor:  # noqa: UP045
-    if x.numel() <= small_rows * x.size(-1):
-        return torch.ops.tt_backend.tile_linear(x, tiles, bias)
-    no_scalars = torch.jit.annotate(List[Optional[Union[int, float, complex]]], [])  # noqa: UP006, UP007, UP045
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
-
-
-@functools.cache
-def _tiled_linear_script() -> Any:
-    # Scripted on first use: TorchScript resolves torch.ops.tt_backend when it compiles, after the
-    # kernels have loaded. A traced step records the branch, not the side taken while tracing.
-    return _scripted(_tiled_linear)
 
 
 def tile_layout(weight: torch.Tensor) -> torch.Tensor:
@@ -89,9 +73,9 @@ class PackedLinear(nn.Module):
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.tiles is not None:
-            tiled: torch.Tensor = _tiled_linear_script()(x, self.packed_weight, self.tiles, self.bias,
-                                                         SMALL_ROWS)
+        if self.tiles is not None:  # the op picks tiles or oneDNN per call, so a trace keeps both
+            tiled: torch.Tensor = torch.ops.tt_backend.linear(x, self.tiles, self.packed_weight, self.bias,
+                                                              SMALL_ROWS)
             return tiled
         if torch.jit.is_tracing():
             return _packed_linear_script(x, self.packed_weight, self.bias)

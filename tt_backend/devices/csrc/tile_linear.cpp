@@ -13,6 +13,7 @@
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -157,11 +158,33 @@ at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& tiles, const std::
   return y;
 }
 
+// The tile kernel for at most `small_rows` rows, oneDNN's kernel on its prepacked weight
+// (`mkldnn::_linear_pointwise`) beyond. Deciding here rather than in a scripted Python branch saved
+// about 0.8 ms of a 13 ms one-row decode step: the branch cost five interpreted ops per layer call.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& packed,
+                  const std::optional<at::Tensor>& bias, int64_t small_rows) {
+  if (x.numel() <= small_rows * x.size(-1)) return tile_linear(x, tiles, bias);
+  static const auto onednn =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            c10::string_view, c10::List<std::optional<at::Scalar>>,
+                            std::optional<c10::string_view>)>();
+  return onednn.call(x, packed, bias, "none", c10::List<std::optional<at::Scalar>>(), "");
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(tt_backend, m) {
   m.def("tile_linear_supported() -> bool", &tile_linear_supported);  // no tensors: a catch-all kernel
   m.def("tile_linear(Tensor x, Tensor tiles, Tensor? bias) -> Tensor");
+  m.def("linear(Tensor x, Tensor tiles, Tensor packed, Tensor? bias, int small_rows) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(tt_backend, CPU, m) { m.impl("tile_linear", &tile_linear); }
+TORCH_LIBRARY_IMPL(tt_backend, CPU, m) {
+  m.impl("tile_linear", &tile_linear);
+  m.impl("linear", &linear);
+}
+
+// oneDNN's prepacked weight is an opaque MkldnnCPU tensor, which makes the call dispatch there.
+TORCH_LIBRARY_IMPL(tt_backend, MkldnnCPU, m) { m.impl("linear", &linear); }
