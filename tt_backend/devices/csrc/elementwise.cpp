@@ -43,15 +43,8 @@ inline int64_t grain(int64_t width) { return std::max<int64_t>(1, 32768 / std::m
 #ifdef TT_FAST_BF16
 using tt_kernels::exp16;
 using tt_kernels::load_bf16x16;
-
-// fp32 -> bf16 (nearest, ties to even) -> fp32.
-inline __m512 round_bf16(__m512 x) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x)), 16));
-}
-
-inline void store_bf16x16(uint16_t* p, __m512 x) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(x));
-}
+using tt_kernels::round_bf16;
+using tt_kernels::store_bf16x16;
 
 // One row of n bf16 (n a multiple of 16) through norm_rows' steps with the same roundings and the same
 // order of sums (16 lanes, then the lanes in turn: `dot`), 16 lanes at a time: the compiler's version of
@@ -162,7 +155,7 @@ inline void silu_and_mul_bf16(const uint16_t* gate, const uint16_t* up, uint16_t
     const __m512 g = load_bf16x16(gate + i);
     const __m512 d = _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g)));  // 1 + e^-g
     const __m512 silu = round_bf16(_mm512_div_ps(g, d));
-    _mm256_storeu_si256((__m256i*)(out + i), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(silu, load_bf16x16(up + i))));
+    store_bf16x16(out + i, _mm512_mul_ps(silu, load_bf16x16(up + i)));
   }
 }
 #endif

@@ -243,9 +243,7 @@ void fast_task(const Task<uint16_t>& t) {
     }
   });
   for (int g = 0; g < G; ++g)
-    for (int c = 0; c < DC; ++c)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.out + g * D + 16 * c),
-                          (__m256i)_mm512_cvtneps_pbh(acc[g][c]));
+    for (int c = 0; c < DC; ++c) tt_kernels::store_bf16x16(t.out + g * D + 16 * c, acc[g][c]);
 }
 
 using FastTask = void (*)(const Task<uint16_t>&);

@@ -30,9 +30,9 @@
 
 namespace {
 
+#ifdef TT_AMX
 constexpr int64_t kPrefetchTiles = 4;  // how far ahead of the tile in use the weight is fetched (2 KB each)
 
-#ifdef TT_AMX
 // Linux hands out the tile registers' state only to a process that asks for it.
 bool amx_permitted() {
   static const bool ok = [] {
