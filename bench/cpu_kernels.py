@@ -1,13 +1,16 @@
-"""The native CPU kernels against the torch path, side by side.
+"""The native CPU kernels of each instruction-set level against the torch path, side by side.
 
-Part 1: one layer's decode attention (SmolLM2-135M's heads: 9 query, 3 kv, head size 64), the
-paged kernel against gather + SDPA, for each batch and context, rows on random blocks of a
-4096-block cache: median ms of each and the ratio.
+Part 1: each op of a step at SmolLM2-135M's sizes, per level (`cpu_isa`) and for the torch op it
+replaces: median ms. Decode attention: one layer (9 query heads, 3 kv heads, head size 64) over
+rows on random blocks of a 4096-block cache, against gather + SDPA. Linear layers: every linear
+of one step (30 layers of qkv, o, gate_up, down, and the 49152-row LM head) at 1 and 32 rows, on
+the path the level's `dtype=auto` takes (oneDNN prepacked bf16 at avx512 and up, `wide_linear`
+below) against torch's fp32 `F.linear`.
 Part 2: the default model's traced decode step (`bench/decode.py`'s step_times) and an eager
-prefill step (8 rows of 100 tokens) with `cpu_kernels=torch` and `native`, and whether the greedy
-tokens agree.
+prefill step (8 rows of 100 tokens) per level with `dtype=auto`, against `cpu_kernels=torch` at the
+same dtype, and whether the greedy tokens agree.
 
-    LD_PRELOAD=.venv/lib/libiomp5.so PYTHONPATH=.:bench .venv/bin/python bench/cpu_kernels.py
+    PYTHONPATH=.:bench .venv/bin/python bench/cpu_kernels.py [--levels avx2,portable]
 """
 
 from __future__ import annotations
@@ -22,19 +25,23 @@ import torch.nn.functional as F
 from decode import step_times
 
 from tt_backend.config import EngineConfig
-from tt_backend.devices.cpu_kernels import load_kernels, paged_decode_attention
-from tt_backend.devices.torch_device import torch_dtype
+from tt_backend.devices.compute_plan import DTYPES, ComputePlan
+from tt_backend.devices.cpu_isa import probe
+from tt_backend.devices.torch_linear import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
-from tt_backend.models.llama import gather_kv
+from tt_backend.models.llama import RMSNorm, gather_kv
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.plan import PlannedRow, StepPlan
 
 BLOCK, HEADS, KV_HEADS, HEAD_DIM, CACHE_BLOCKS = 16, 9, 3, 64, 4096
+HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 576, 1536, 30, 49152
+STEP_LINEARS = [(HIDDEN, (HEADS + 2 * KV_HEADS) * HEAD_DIM), (HEADS * HEAD_DIM, HIDDEN),
+                (HIDDEN, 2 * INTERMEDIATE), (INTERMEDIATE, HIDDEN)]
 
 
-def median_ms(fn: Callable[[], torch.Tensor], repeats: int) -> float:
-    for _ in range(5):
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    for _ in range(3):
         fn()
     times = []
     for _ in range(repeats):
@@ -44,40 +51,65 @@ def median_ms(fn: Callable[[], torch.Tensor], repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def layer_attention(batch: int, context: int, dtype: torch.dtype, repeats: int) -> tuple[float, float, float]:
-    width = -(-context // BLOCK)
-    kv = torch.randn(2, CACHE_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM).to(dtype)
-    tables = torch.randperm(CACHE_BLOCKS)[: batch * width].view(batch, width)
-    lens = torch.full((batch,), context)
-    positions = lens - 1
-    q = torch.randn(batch, HEADS, HEAD_DIM).to(dtype)
-    mask = torch.zeros(batch, 1, 1, width * BLOCK, dtype=dtype)  # the model's additive mask (all visible)
+def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
+    """Median ms of each op at decode and prefill sizes; with no kernels in the plan, the torch ops."""
+    k, dtype = plan.kernels, plan.activations
+    g = torch.Generator().manual_seed(0)
+    out: dict[str, float] = {}
+    width = 256 // BLOCK
+    kv = torch.randn(2, CACHE_BLOCKS, BLOCK, KV_HEADS, HEAD_DIM, generator=g).to(dtype)
+    tables = torch.randperm(CACHE_BLOCKS, generator=g)[: 8 * width].view(8, width)
+    lens = torch.full((8,), 256)
+    q = torch.randn(8, HEADS, HEAD_DIM, generator=g).to(dtype)
+    mask = torch.zeros(8, 1, 1, width * BLOCK, dtype=dtype)
+    if k is not None:
+        out["decode attention b8 x 256"] = median_ms(
+            lambda: k.paged_decode_attention(q, kv, tables, lens, lens - 1, 0, HEAD_DIM ** -0.5), repeats)
+    else:
+        def gathered() -> torch.Tensor:
+            keys, values = gather_kv(kv, tables)
+            return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask,
+                                                  enable_gqa=True)
+        out["decode attention b8 x 256"] = median_ms(gathered, repeats)
+    x, res = (torch.randn(784, HIDDEN, generator=g).to(dtype) for _ in range(2))
+    norm = RMSNorm(HIDDEN, 1e-5).to(dtype)
+    norm.kernels = k
+    out["add_rms_norm 784 x 576"] = median_ms(lambda: norm.add(x, res), repeats)
+    gu = torch.randn(784, 2 * INTERMEDIATE, generator=g).to(dtype)
+    if k is not None:
+        out["silu_and_mul 784 x 3072"] = median_ms(lambda: k.silu_and_mul(gu), repeats)
+    else:
+        gate, up = gu.chunk(2, dim=-1)
+        out["silu_and_mul 784 x 3072"] = median_ms(lambda: F.silu(gate) * up, repeats)
+    layers = [torch.nn.Linear(i, o, bias=False).to(dtype) for i, o in STEP_LINEARS] + \
+        [torch.nn.Linear(HIDDEN, VOCAB, bias=False).to(dtype)]
+    holder = torch.nn.Sequential(*layers)
+    convert_linears(holder, plan)
+    for rows in (1, 32):
+        xs = [torch.randn(rows, m.in_features, generator=g).to(dtype) for m in holder]
 
-    def portable() -> torch.Tensor:
-        keys, values = gather_kv(kv, tables)
-        return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask, enable_gqa=True)
-
-    def native() -> torch.Tensor:
-        return paged_decode_attention(q, kv, tables, lens, positions, 0, HEAD_DIM ** -0.5)
-
-    diff = (portable()[:, :, 0].float() - native().float()).abs().max().item()
-    return median_ms(portable, repeats), median_ms(native, repeats), diff
+        def step_linears(xs: list[torch.Tensor] = xs) -> None:
+            for _ in range(LAYERS):
+                for m, xi in zip(holder[:4], xs[:4], strict=True):
+                    m(xi)
+            holder[4](xs[4])
+        out[f"step's linears, {rows} row(s)"] = median_ms(step_linears, max(5, repeats // 20))
+    return out
 
 
-def prefill_ms(model: LoadedModel, rows: int, tokens: int, dtype: str,
+def prefill_ms(model: LoadedModel, plan: ComputePlan, rows: int, tokens: int,
                repeats: int) -> tuple[float, torch.Tensor]:
     """Median ms of one eager prefill step of `rows` fresh prompts of `tokens` tokens, and its logits."""
     blocks = -(-tokens // BLOCK)
-    config = EngineConfig(dtype=dtype, device="cpu", max_model_len=blocks * BLOCK, max_num_seqs=rows,  # type: ignore[arg-type]
-                          num_kv_blocks=rows * blocks + 1, trace_mode="none").resolve_for_model(8192, 1)
-    runner = build_runner(config, model.module, model.capabilities, model.spec, torch_dtype(dtype),
-                          torch.device("cpu"))
+    config = EngineConfig(max_model_len=blocks * BLOCK, max_num_seqs=rows, num_kv_blocks=rows * blocks + 1,
+                          trace_mode="none").resolve_for_model(8192, 1)
+    runner = build_runner(config, model.module, model.capabilities, model.spec, plan.activations, plan.device)
     runner.allocate()
-    plan = StepPlan("prefill", tuple(PlannedRow(tuple(range(1000 + 7 * i, 1000 + 7 * i + tokens)), 0,
+    step = StepPlan("prefill", tuple(PlannedRow(tuple(range(1000 + 7 * i, 1000 + 7 * i + tokens)), 0,
                                                 tuple(range(i * blocks, (i + 1) * blocks)), True)
                                      for i in range(rows)))
-    logits = runner.execute(plan)
-    ms = median_ms(lambda: runner.execute(plan), repeats)
+    logits = runner.execute(step)
+    ms = median_ms(lambda: runner.execute(step), repeats)
     runner.close()
     return ms, logits
 
@@ -85,48 +117,53 @@ def prefill_ms(model: LoadedModel, rows: int, tokens: int, dtype: str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--levels", default=",".join(reversed(probe().levels)))
+    parser.add_argument("--dtype", default="auto", choices=("auto", *DTYPES))
     parser.add_argument("--batches", default="1,8,32")
-    parser.add_argument("--contexts", default="128,256,1024")
     parser.add_argument("--step-context", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=100)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--prefill-rows", type=int, default=8)
     parser.add_argument("--prefill-tokens", type=int, default=100)
+    parser.add_argument("--skip-model", action="store_true", help="part 1 only")
     args = parser.parse_args()
-    error = load_kernels()
-    if error is not None:
-        raise SystemExit(f"native kernels unavailable: {error}")
-    dtype = torch_dtype(args.dtype)
-    batches = [int(b) for b in args.batches.split(",")]
-    print(f"one layer's decode attention, {args.dtype}, median of {args.repeats}")
-    print(f"{'batch':>5} {'context':>7} {'gather+SDPA ms':>15} {'native ms':>10} {'ratio':>6} "
-          f"{'max |diff|':>11}")
-    for batch in batches:
-        for context in (int(c) for c in args.contexts.split(",")):
-            portable, native, diff = layer_attention(batch, context, dtype, args.repeats)
-            print(f"{batch:>5} {context:>7} {portable:>15.3f} {native:>10.3f} {portable / native:>6.2f} "
-                  f"{diff:>11.2g}", flush=True)
+    cpu = torch.device("cpu")
+    levels = args.levels.split(",")
+    print(probe().describe())
+    plans = {lvl: ComputePlan.resolve(cpu, args.dtype, lvl, "native") for lvl in levels}
+    print(f"\nops, median ms ({args.dtype}; each level's dtype and linear path; 'torch': cpu_kernels=torch)")
+    for lvl, plan in plans.items():
+        reference = ComputePlan.resolve(cpu, args.dtype, lvl, "torch")
+        native, torch_ops = op_times(plan, args.repeats), op_times(reference, args.repeats)
+        print(f"{lvl} ({plan.dtype_name}, linear: {plan.linear}; torch linear: {reference.linear})")
+        for op, ms in native.items():
+            ref = torch_ops[op]
+            print(f"  {op:<28} native {ms:>8.3f}   torch {ref:>8.3f}   ratio {ref / ms:>5.2f}", flush=True)
+    if args.skip_model:
+        return
     model_dir = resolve_model_dir("")
-    models = {name: load_model(model_dir, dtype, torch.device("cpu"), kernels=name)  # type: ignore[arg-type]
-              for name in ("torch", "native")}
-    print(f"\ntraced decode step of the default model, context {args.step_context}, median of {args.steps}")
-    print(f"{'batch':>5} {'torch ms':>9} {'native ms':>10} {'ratio':>6} {'same greedy tokens':>19}")
-    for batch in batches:
-        results = {name: step_times(model, "decode_only", batch, args.step_context, args.steps, args.dtype,
-                                    "cpu") for name, model in models.items()}
-        (t_ms, t_logits), (n_ms, n_logits) = results["torch"], results["native"]
+    batches = [int(b) for b in args.batches.split(",")]
+    for lvl, plan in plans.items():
+        reference = ComputePlan.resolve(cpu, args.dtype, lvl, "torch")
+        models = {"torch": load_model(model_dir, reference), "native": load_model(model_dir, plan)}
+        print(f"\n{lvl}: traced decode step, context {args.step_context}, median of {args.steps} "
+              f"({plan.dtype_name})")
+        print(f"{'batch':>5} {'torch ms':>9} {'native ms':>10} {'ratio':>6} {'same greedy tokens':>19}")
+        for batch in batches:
+            t_ms, t_logits = step_times(models["torch"], "decode_only", batch, args.step_context, args.steps,
+                                        reference)
+            n_ms, n_logits = step_times(models["native"], "decode_only", batch, args.step_context, args.steps,
+                                        plan)
+            same = int((t_logits.argmax(-1) == n_logits.argmax(-1)).sum())
+            print(f"{batch:>5} {t_ms * 1e3:>9.2f} {n_ms * 1e3:>10.2f} {t_ms / n_ms:>6.2f} {same:>15}/{batch}",
+                  flush=True)
+        (t_ms, t_logits), (n_ms, n_logits) = (
+            prefill_ms(models[name], p, args.prefill_rows, args.prefill_tokens, 5)
+            for name, p in (("torch", reference), ("native", plan)))
         same = int((t_logits.argmax(-1) == n_logits.argmax(-1)).sum())
-        print(f"{batch:>5} {t_ms * 1e3:>9.2f} {n_ms * 1e3:>10.2f} {t_ms / n_ms:>6.2f} {same:>15}/{batch}",
-              flush=True)
-    print(f"\neager prefill step of the default model, {args.prefill_rows} rows x {args.prefill_tokens} "
-          "tokens")
-    prefill = {name: prefill_ms(model, args.prefill_rows, args.prefill_tokens, args.dtype, 10)
-               for name, model in models.items()}
-    (t_ms, t_logits), (n_ms, n_logits) = prefill["torch"], prefill["native"]
-    same = int((t_logits.argmax(-1) == n_logits.argmax(-1)).sum())
-    print(f"torch {t_ms:.1f} ms, native {n_ms:.1f} ms, ratio {t_ms / n_ms:.2f}, same greedy tokens "
-          f"{same}/{args.prefill_rows}")
+        print(f"{lvl}: eager prefill, {args.prefill_rows} rows x {args.prefill_tokens} tokens: "
+              f"torch {t_ms:.1f} ms, native {n_ms:.1f} ms, ratio {t_ms / n_ms:.2f}, "
+              f"same greedy tokens {same}/{args.prefill_rows}")
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ from typing import Any
 import torch
 
 from tt_backend.config import EngineConfig, TraceModeName
-from tt_backend.devices.torch_device import torch_dtype
-from tt_backend.devices.torch_linear import can_pack, pack_linears
+from tt_backend.devices.compute_plan import ComputePlan
+from tt_backend.devices.torch_linear import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.llama import LlamaForCausalLM
-from tt_backend.models.loader import LoadedModel, load_model
+from tt_backend.models.loader import LoadedModel, load_model, select_kernels
 from tt_backend.runtime.executor import StepSampling
 from tt_backend.runtime.plan import PlannedRow, StepPlan
 from tt_backend.sampling.device_sampler import SamplingTensors
@@ -42,25 +42,24 @@ SMOLLM2_135M = {  # config.json of SmolLM2-135M-Instruct, for --random-weights
 }
 
 
-def random_model(device: torch.device, dtype: torch.dtype) -> LoadedModel:
+def random_model(plan: ComputePlan) -> LoadedModel:
     torch.manual_seed(0)
     module = LlamaForCausalLM.from_hf_config(SMOLLM2_135M)
     for p in module.parameters():
         torch.nn.init.normal_(p, std=0.02)
-    module.to(device=device, dtype=dtype).eval().requires_grad_(False)
-    if can_pack(device, dtype):
-        pack_linears(module)
+    module.to(device=plan.device, dtype=plan.activations).eval().requires_grad_(False)
+    select_kernels(module, plan)
+    convert_linears(module, plan)
     return LoadedModel(module, module.spec, "LlamaForCausalLM", LlamaForCausalLM.capabilities)
 
 
 def step_times(model: LoadedModel, trace_mode: TraceModeName, batch: int, context: int, steps: int,
-               dtype: str, device: str) -> tuple[float, torch.Tensor]:
+               plan: ComputePlan) -> tuple[float, torch.Tensor]:
     blocks_per_row = -(-(context + steps) // 16)
-    config = EngineConfig(dtype=dtype, device=device, max_model_len=2048, max_num_seqs=max(batch, 1),  # type: ignore[arg-type]
+    config = EngineConfig(max_model_len=2048, max_num_seqs=max(batch, 1),
                           max_num_batched_tokens=2048, num_kv_blocks=max(128, batch * blocks_per_row),
                           trace_mode=trace_mode).resolve_for_model(8192, 1)
-    runner = build_runner(config, model.module, model.capabilities, model.spec, torch_dtype(dtype),
-                          torch.device(device))
+    runner = build_runner(config, model.module, model.capabilities, model.spec, plan.activations, plan.device)
     runner.allocate()
     runner.warmup()
     rows = tuple(PlannedRow((100 + i,), context - 1,
@@ -118,7 +117,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--cpu-isa", default="auto", help="cap of the CPU path (EngineConfig.cpu_isa)")
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--context", type=int, default=128)
     parser.add_argument("--steps", type=int, default=30)
@@ -127,30 +127,32 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    device, dtype = torch.device(args.device), torch_dtype(args.dtype)
+    plan = ComputePlan.resolve(torch.device(args.device), args.dtype, args.cpu_isa)
     if args.random_weights:
-        model, model_dir = random_model(device, dtype), None
+        model, model_dir = random_model(plan), None
     else:
         from tt_backend.models.checkpoint import resolve_model_dir
 
         model_dir = resolve_model_dir("")
-        model = load_model(model_dir, dtype, device)
-    results: dict[str, Any] = {"device": args.device, "dtype": args.dtype, "context": args.context}
-    print(f"decode step, {args.device} {args.dtype}, context {args.context} tokens, median of {args.steps}")
+        model = load_model(model_dir, plan)
+    results: dict[str, Any] = {"device": args.device, "dtype": plan.dtype_name, "cpu_isa": plan.level,
+                               "context": args.context}
+    print(f"decode step, {args.device} cpu_isa={plan.level} {plan.dtype_name}, context {args.context} "
+          f"tokens, median of {args.steps}")
     print(f"{'batch':>5} {'eager ms':>9} {'traced ms':>10} {'eager/traced':>13} {'max |dlogit|':>13}")
     for batch in (int(b) for b in args.batches.split(",")):
-        eager, eager_logits = step_times(model, "none", batch, args.context, args.steps, args.dtype,
-                                         args.device)
-        traced, traced_logits = step_times(model, "decode_only", batch, args.context, args.steps, args.dtype,
-                                           args.device)
+        eager, eager_logits = step_times(model, "none", batch, args.context, args.steps, plan)
+        traced, traced_logits = step_times(model, "decode_only", batch, args.context, args.steps, plan)
         diff = (eager_logits - traced_logits).abs().max().item()
         print(f"{batch:>5} {eager * 1e3:>9.2f} {traced * 1e3:>10.2f} {eager / traced:>13.2f} {diff:>13.3g}",
               flush=True)
         results[f"batch{batch}"] = {"eager_ms": eager * 1e3, "traced_ms": traced * 1e3,
                                      "max_logit_diff": diff}
     if args.concurrency and model_dir is not None:
-        off = engine_throughput(model_dir, args.dtype, args.device, args.concurrency, args.max_tokens, False)
-        on = engine_throughput(model_dir, args.dtype, args.device, args.concurrency, args.max_tokens, True)
+        off = engine_throughput(model_dir, args.dtype, args.device, args.concurrency, args.max_tokens, False,
+                                cpu_isa=args.cpu_isa)
+        on = engine_throughput(model_dir, args.dtype, args.device, args.concurrency, args.max_tokens, True,
+                               cpu_isa=args.cpu_isa)
         print(f"engine, concurrency {args.concurrency}, {args.max_tokens} tokens each: "
               f"async off {off:.1f} tok/s, "
               f"async on {on:.1f} tok/s, on/off {on / off:.2f}")

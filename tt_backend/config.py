@@ -13,11 +13,12 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Dtype = Literal["bfloat16", "float32", "float16"]
+Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
 TraceModeName = Literal["auto", "none", "decode_only", "all"]
 SampleOnDeviceName = Literal["all", "decode_only", "none"]
 CpuKernelsName = Literal["auto", "native", "torch"]
+CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -37,7 +38,9 @@ class EngineConfig:
 
     model: str = ""
     """HF-format directory or GGUF file; empty selects the default SmolLM2-135M-Instruct."""
-    dtype: Dtype = "bfloat16"
+    dtype: Dtype = "auto"
+    """auto: bfloat16 on CUDA and on CPUs with AVX-512; below AVX-512, float32 activations with
+    bfloat16 linear weights (see devices/compute_plan.py)."""
     device: DeviceName = "auto"
     max_model_len: int | None = None
     """Defaults to the model's maximum positions."""
@@ -78,6 +81,10 @@ class EngineConfig:
     """On the CPU: native (C++ kernels built with the system compiler on first use: paged decode
     attention, fused RMSNorm/residual, SiLU x up, RoPE + KV write), torch (torch ops only: the
     blocks gathered for SDPA), or auto (native when they build, else torch)."""
+    cpu_isa: CpuIsaName = "auto"
+    """The highest instruction-set level the CPU path uses (x86-64: portable < avx2 < avx512 <
+    avx512_bf16 < amx; aarch64: portable < neon); auto: the best this CPU has. A level above the
+    CPU's fails the load."""
     logits_processor_modules: str = ""
     """Comma-separated Python modules imported at start; they register custom logits processors."""
     enable_lora: bool = False
@@ -95,6 +102,7 @@ class EngineConfig:
         _check_choice("sample_on_device_mode", self.sample_on_device_mode,
                       typing.get_args(SampleOnDeviceName))
         _check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
+        _check_choice("cpu_isa", self.cpu_isa, typing.get_args(CpuIsaName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:

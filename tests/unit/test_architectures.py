@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import torch
 
+from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
 from tt_backend.runtime.plan import PlannedRow
@@ -53,7 +54,7 @@ def test_logits_match_hf(case: str, tmp_path: Path) -> None:
     hf = build_hf(kind, overrides, tmp_path, sharded=case == "llama-tied-gqa")
     if case == "llama-tied-gqa":
         assert (tmp_path / "model.safetensors.index.json").is_file()
-    ours = load_model(tmp_path, torch.float32, torch.device("cpu"))
+    ours = load_model(tmp_path, ComputePlan.resolve(torch.device("cpu"), "float32"))
     assert ours.architecture == kind.replace("Config", "ForCausalLM")
     spec = ours.spec
     kv = torch.zeros(spec.num_layers, 2, 16, BLOCK, spec.num_kv_heads, spec.head_dim)

@@ -16,7 +16,7 @@ def test_parameters_parse_by_field_type() -> None:
     ({"bogus": "1"}, "unknown engine option 'bogus'"),
     ({"tensor_parallel_size": "2"}, "use the mesh shape (`mesh_device`)"),
     ({"pipeline_parallel_size": "4"}, "pipeline_parallel_size=4 is not supported"),
-    ({"dtype": "int8"}, "dtype='int8' is not one of bfloat16, float32, float16"),
+    ({"dtype": "int8"}, "dtype='int8' is not one of auto, bfloat16, float32, float16"),
     ({"max_num_seqs": "x"}, "max_num_seqs='x' is not an integer"),
     ({"max_num_seqs": "0"}, "max_num_seqs must be >= 1, got 0"),
     ({"enable_chunked_prefill": "maybe"}, "enable_chunked_prefill='maybe' is not a boolean"),

@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig
 from tt_backend.runtime.executor import EagerExecutor, model_steps
@@ -18,7 +19,7 @@ BLOCK = 16
 
 def test_padded_wave_matches_sequential_and_leaves_other_blocks_untouched(model_dir: Path,
                                                                            chat_ids: Any) -> None:
-    model = load_model(model_dir, torch.float32, torch.device("cpu"))
+    model = load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
     cfg = model.spec
     prompts = [chat_ids(p) for p in ("Hi! How are you today?", "Name a colour.", "What is two plus two?")]
     rows = tuple(PlannedRow(tuple(ids), 0, tuple(range(4 * i, 4 * i + 4)), True)

@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
 from tt_backend.runtime.plan import PlannedRow
@@ -15,7 +16,7 @@ BLOCK = 16
 def test_chunked_prefill_and_decode_logits_match_hf(model_dir: Path, chat_ids: Any) -> None:
     from transformers import AutoModelForCausalLM
 
-    ours = load_model(model_dir, torch.float32, torch.device("cpu"))
+    ours = load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
     cfg = ours.spec
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     prompt = chat_ids("Name three colours.")

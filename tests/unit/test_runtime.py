@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tt_backend.config import EngineConfig, TraceModeName
+from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.config import StepShape
@@ -23,7 +24,7 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def model(model_dir: Path) -> LoadedModel:
-    return load_model(model_dir, torch.float32, torch.device("cpu"))
+    return load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
 
 
 def runner(model: LoadedModel, trace_mode: TraceModeName) -> ModelRunner:

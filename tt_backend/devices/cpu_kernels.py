@@ -1,132 +1,165 @@
-"""Native CPU kernels of the torch device, built on first use with the system C++ compiler.
+"""Native CPU kernels of the torch device, built on first use with the system C++ compiler, one
+library per instruction-set level (`cpu_isa.py`).
 
 - `paged_decode_attention` (csrc/paged_decode_attention.cpp): attention of one query token per row
-  straight over the paged KV cache. The portable path gathers each row's blocks into a contiguous
+  straight over the paged KV cache. The torch path gathers each row's blocks into a contiguous
   copy and runs SDPA on it (`bench/cpu_kernels.py` compares the two).
 - csrc/elementwise.cpp: `rms_norm`, `add_rms_norm` (the residual add fused into the next norm),
   `silu_and_mul` and `rope_and_cache` (RoPE of q and k with k and v stored in the cache). Each
   replaces several torch ops and rounds where they round.
+- csrc/wide_linear.cpp: `wide_linear`, fp32 activations times bf16 weights (each weight widens to
+  fp32 exactly): the decode-size linear of CPUs whose bf16 matmuls are slow (below avx512), which
+  streams half the bytes of fp32 weights.
 - `tile_linear` (csrc/tile_linear.cpp): a bf16 linear layer of a few rows on AMX tiles, streaming
-  its weight faster than oneDNN does at decode sizes; only on CPUs with AMX
+  its weight faster than oneDNN does at decode sizes; only in the `amx` library
   (`tile_linear_supported`). `linear` runs it up to a row count and oneDNN's kernel beyond;
   `devices/torch_linear.py` uses that.
 
-They are registered as `torch.ops.tt_backend.*`, so a TorchScript trace records them like any aten
-op. The build (about 15 s) is cached under torch's extension directory, keyed by the sources, the
-flags and this CPU's instruction set (`-march=native`); `scripts/setup.sh` runs it ahead. Without a
-compiler the model keeps its portable torch path (`cpu_kernels=auto`).
+Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
+several levels live in one process (the tests run each) and a TorchScript trace records the
+level's op like any aten op. A library is compiled with its level's fixed flags, never
+`-march=native`: the code a level holds runs on every CPU that has the level. The builds (about
+15 s each) are cached under torch's extension directory, keyed by the sources and the flags;
+`scripts/setup.sh` builds every level this machine has ahead.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from tt_backend.devices.cpu_isa import LEVEL_FLAGS, IsaLevel, probe
 
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "tile_linear.cpp"]
-OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "tile_linear",
-       "linear")
+SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
+           CSRC / "tile_linear.cpp"]
+OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "wide_linear",
+       "tile_linear", "linear")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
-_FLAGS = ["-O3", "-march=native", "-mprefer-vector-width=512", "-ffp-contract=off", "-fopenmp"]
+_FLAGS = ["-O3", "-ffp-contract=off", "-fopenmp"]
 
 _lock = threading.Lock()
-_built: dict[str, str | None] = {}  # "error": None once loaded, else why it is unavailable
+_loaded: dict[IsaLevel, CpuKernels | str] = {}  # a level's kernels, or why they are unavailable
 
 
-def _cpu_tag() -> str:
-    """This CPU's instruction-set flags, so a cache shared between machines never loads code built
-    for another CPU."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        flags = ""
-    return hashlib.sha256(flags.encode()).hexdigest()[:10]
+class KernelsUnavailable(RuntimeError):
+    """The native kernels of a level could not be built or loaded (the message says why)."""
 
 
-def load_kernels() -> str | None:
-    """Build (once per machine) and load the kernels into this process; return None when every
-    op of OPS is usable, else the reason they are not."""
+def namespace(level: IsaLevel) -> str:
+    return f"tt_backend_{level}"
+
+
+@dataclass(frozen=True)
+class CpuKernels:
+    """The native kernels of one instruction-set level, loaded into this process."""
+
+    level: IsaLevel
+
+    @property
+    def ops(self) -> Any:
+        return getattr(torch.ops, namespace(self.level))
+
+    def paged_decode_attention(self, q: torch.Tensor, kv: torch.Tensor, block_tables: torch.Tensor,
+                               context_lens: torch.Tensor, positions: torch.Tensor, window: int,
+                               scale: float) -> torch.Tensor:
+        """q [B, H, D] at `positions` [B]; kv [2, num_blocks, block_size, KVH, D] of one layer;
+        returns [B, H, D]. Row b sees keys [max(0, p - window + 1), min(context_lens[b], p + 1))."""
+        out: torch.Tensor = self.ops.paged_decode_attention(q, kv, block_tables, context_lens, positions,
+                                                            window, scale)
+        return out
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """weight * (x * rsqrt(mean(x^2) + eps)), normalised in fp32 and rounded before the weight."""
+        out: torch.Tensor = self.ops.rms_norm(x, weight, eps)
+        return out
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rms_norm(x + residual), x + residual)."""
+        normed, total = self.ops.add_rms_norm(x, residual, weight, eps)
+        return normed, total
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [..., 2I] = (gate, up) -> SiLU(gate) * up [..., I]."""
+        out: torch.Tensor = self.ops.silu_and_mul(x)
+        return out
+
+    def rope_and_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
+                       slots: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
+        """qkv [N, (H + 2 KVH) D], cos/sin [N, D] (rotate-half RoPE); writes the rotated k and v of
+        each token at its flat slot of kv [2, blocks, block_size, KVH, D] (slot < 0: padding,
+        skipped) and returns the rotated q [N, H, D]."""
+        q: torch.Tensor = self.ops.rope_and_cache(qkv, cos, sin, kv, slots, num_heads, num_kv_heads)
+        return q
+
+    def wide_linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    small_rows: int) -> torch.Tensor:
+        """x [..., K] fp32 @ weight.T (+ bias) -> [..., N] fp32, weight [N, K] in bf16: streamed by the
+        kernel up to `small_rows` rows, widened to fp32 for torch's GEMM beyond."""
+        out: torch.Tensor = self.ops.wide_linear(x, weight, bias, small_rows)
+        return out
+
+    def tile_linear_supported(self) -> bool:
+        """Whether `tile_linear` runs here: this library holds the AMX kernel (level amx) and the
+        OS lets this process use the tiles."""
+        return bool(self.ops.tile_linear_supported())
+
+    def tile_linear(self, x: torch.Tensor, tiles: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [..., K] @ W.T (+ bias) -> [..., N] in bf16, W [N, K] given in the tile layout
+        (`torch_linear.tile_layout`)."""
+        out: torch.Tensor = self.ops.tile_linear(x, tiles, bias)
+        return out
+
+
+def load_kernels(level: IsaLevel) -> CpuKernels:
+    """Build (once per machine and level) and load the kernels of `level` into this process.
+    Raises KernelsUnavailable with the reason when they cannot be."""
     with _lock:
-        if "error" not in _built:
-            _built["error"] = _build()
-        return _built["error"]
+        if level not in _loaded:
+            if level not in probe().levels:
+                _loaded[level] = f"this CPU does not have {level} (it has {', '.join(probe().levels)})"
+            else:
+                error = _build(level)
+                _loaded[level] = CpuKernels(level) if error is None else error
+        kernels = _loaded[level]
+    if isinstance(kernels, str):
+        raise KernelsUnavailable(f"native CPU kernels ({level}): {kernels}")
+    return kernels
 
 
-def _build() -> str | None:
+def _build(level: IsaLevel) -> str | None:
     if shutil.which("ninja") is None:  # the `ninja` wheel puts it beside the interpreter
         os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    arch = probe().arch
+    flags = [*_FLAGS, *LEVEL_FLAGS[(arch, level)], f"-DTT_NS={namespace(level)}"]
     try:
         from torch.utils.cpp_extension import load
 
-        load(name=f"tt_backend_cpu_kernels_{_cpu_tag()}", sources=[str(p) for p in SOURCES],
-             extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
-    except Exception as exc:  # no compiler, or a failed build: the portable path still works
+        load(name=f"{namespace(level)}_kernels", sources=[str(p) for p in SOURCES], extra_cflags=flags,
+             extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
+    except Exception as exc:  # no compiler, or a failed build: the torch path still works
         return f"{type(exc).__name__}: {exc}"
-    missing = [op for op in OPS if not hasattr(torch.ops.tt_backend, op)]
+    ops = getattr(torch.ops, namespace(level))
+    missing = [op for op in OPS if not hasattr(ops, op)]
     return f"the library loaded but registered no {', '.join(missing)}" if missing else None
 
 
-def paged_decode_attention(q: torch.Tensor, kv: torch.Tensor, block_tables: torch.Tensor,
-                           context_lens: torch.Tensor, positions: torch.Tensor, window: int,
-                           scale: float) -> torch.Tensor:
-    """q [B, H, D] at `positions` [B]; kv [2, num_blocks, block_size, KVH, D] of one layer;
-    returns [B, H, D]. Row b sees keys [max(0, p - window + 1), min(context_lens[b], p + 1))."""
-    op = torch.ops.tt_backend.paged_decode_attention
-    out: torch.Tensor = op(q, kv, block_tables, context_lens, positions, window, scale)
-    return out
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """weight * (x * rsqrt(mean(x^2) + eps)), normalised in fp32 and rounded before the weight."""
-    out: torch.Tensor = torch.ops.tt_backend.rms_norm(x, weight, eps)
-    return out
-
-
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x + residual), x + residual)."""
-    normed, total = torch.ops.tt_backend.add_rms_norm(x, residual, weight, eps)
-    return normed, total
-
-
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """x: [..., 2I] = (gate, up) -> SiLU(gate) * up [..., I]."""
-    out: torch.Tensor = torch.ops.tt_backend.silu_and_mul(x)
-    return out
-
-
-def rope_and_cache(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: torch.Tensor,
-                   slots: torch.Tensor, num_heads: int, num_kv_heads: int) -> torch.Tensor:
-    """qkv [N, (H + 2 KVH) D], cos/sin [N, D] (rotate-half RoPE); writes the rotated k and v of
-    each token at its flat slot of kv [2, blocks, block_size, KVH, D] (slot < 0: padding, skipped)
-    and returns the rotated q [N, H, D]."""
-    q: torch.Tensor = torch.ops.tt_backend.rope_and_cache(qkv, cos, sin, kv, slots, num_heads, num_kv_heads)
-    return q
-
-
-def tile_linear_supported() -> bool:
-    """Whether `tile_linear` runs here: the kernels are loaded, this CPU has AMX bf16 tiles, the
-    build targets them, and the OS lets this process use them."""
-    return load_kernels() is None and bool(torch.ops.tt_backend.tile_linear_supported())
-
-
-def tile_linear(x: torch.Tensor, tiles: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [..., K] @ W.T (+ bias) -> [..., N] in bf16, W [N, K] given in the tile layout
-    (`torch_linear.tile_layout`)."""
-    out: torch.Tensor = torch.ops.tt_backend.tile_linear(x, tiles, bias)
-    return out
-
-
-if __name__ == "__main__":  # scripts/setup.sh: build ahead, report, never fail the setup
-    error = load_kernels()
-    print("[setup] native CPU kernels: " + ("ready" if error is None else f"unavailable ({error})"))
+if __name__ == "__main__":  # scripts/setup.sh: build every level ahead, report, never fail the setup
+    logging.basicConfig(level=logging.WARNING)
+    for lvl in probe().levels:
+        try:
+            load_kernels(lvl)
+            print(f"[setup] native CPU kernels ({lvl}): ready")
+        except KernelsUnavailable as exc:
+            print(f"[setup] {exc}")

@@ -26,8 +26,6 @@ from typing import Protocol
 
 import torch
 
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
-
 StepFn = Callable[..., torch.Tensor]
 _Graph = torch.jit.ScriptFunction | torch.jit.ScriptModule
 _Jobs = queue.SimpleQueue[tuple[Callable[[], torch.Tensor], Future[torch.Tensor]] | None]
@@ -51,10 +49,6 @@ def select_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but torch sees no CUDA device")
     return torch.device(name)
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    return DTYPES[name]
 
 
 class Capture(Protocol):

@@ -1,4 +1,4 @@
-"""Weight layout for matmuls on the torch CPU device.
+"""Weight layouts for matmuls on the torch CPU device, one per `ComputePlan.linear` path.
 
 bf16 `F.linear` on CPU hands oneDNN a plain weight on every call. Reordering each weight once
 into oneDNN's blocked layout (`mkldnn._reorder_linear_weight`) and calling the prepacked kernel
@@ -12,6 +12,10 @@ which streams the weight faster than oneDNN at those sizes: the default model's 
 took 10.2 against 14.7 ms at 1 row and 12.6 against 17.1 ms at 32 rows. The choice is made per
 call inside one op (`tt_backend::linear`), so one traced graph serves every batch size. The price
 is a second copy of the linear weights in memory.
+
+Below AVX-512 (`dtype=auto` there: fp32 activations), `WideLinear` keeps each weight in bf16 and
+runs `wide_linear`: decode-size calls stream the bf16 weight, larger ones widen it for torch's fp32
+GEMM.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from typing import Any, List, Optional, Union  # noqa: UP035  (TorchScript reads
 
 import torch
 from torch import nn
+
+from tt_backend.devices.compute_plan import ComputePlan
+from tt_backend.devices.cpu_kernels import CpuKernels
 
 SMALL_ROWS = 64
 """Up to this many rows a layer with tiles runs on them; beyond, oneDNN (at 128 rows the tile
@@ -64,18 +71,19 @@ class PackedLinear(nn.Module):
     tiles: torch.Tensor | None
     bias: torch.Tensor | None
 
-    def __init__(self, linear: nn.Linear, tiles: bool = False) -> None:
+    def __init__(self, linear: nn.Linear, tile_kernels: CpuKernels | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach()
+        self.kernels = tile_kernels if tile_kernels is not None and can_tile(weight) else None
         self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight))
-        self.register_buffer("tiles", tile_layout(weight) if tiles and can_tile(weight) else None)
+        self.register_buffer("tiles", tile_layout(weight) if self.kernels is not None else None)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.tiles is not None:  # the op picks tiles or oneDNN per call, so a trace keeps both
-            tiled: torch.Tensor = torch.ops.tt_backend.linear(x, self.tiles, self.packed_weight, self.bias,
-                                                              SMALL_ROWS)
+        if self.kernels is not None:  # the op picks tiles or oneDNN per call, so a trace keeps both
+            tiled: torch.Tensor = self.kernels.ops.linear(x, self.tiles, self.packed_weight, self.bias,
+                                                          SMALL_ROWS)
             return tiled
         if torch.jit.is_tracing():
             return _packed_linear_script(x, self.packed_weight, self.bias)
@@ -83,19 +91,42 @@ class PackedLinear(nn.Module):
         return out
 
 
-def can_pack(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
+class WideLinear(nn.Module):
+    """`nn.Linear` over fp32 activations with its weight held in bf16 (`wide_linear`)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, linear: nn.Linear, kernels: CpuKernels) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.kernels = kernels
+        self.register_buffer("weight", linear.weight.detach().to(torch.bfloat16).contiguous())
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernels.wide_linear(x, self.weight, self.bias, SMALL_ROWS)
 
 
-def pack_linears(module: nn.Module, tiles: bool = False) -> int:
-    """Replace every nn.Linear under `module` by a PackedLinear (with `tiles`: those whose shape
-    allows, with tiles as well); return how many."""
+def convert_linears(module: nn.Module, plan: ComputePlan) -> int:
+    """Give every nn.Linear under `module` the layout of the plan's linear path; return how many
+    were replaced (none on the torch path)."""
+    if plan.linear == "torch":
+        return 0
+    if plan.linear == "wide_bf16":
+        kernels = plan.kernels
+        assert kernels is not None, "wide_bf16 runs on the native kernels"
+        return _replace_linears(module, lambda linear: WideLinear(linear, kernels))
+    tile_kernels = plan.kernels if plan.linear == "amx_tiles" else None
+    return _replace_linears(module, lambda linear: PackedLinear(linear, tile_kernels))
+
+
+def _replace_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
     count = 0
     for name, child in list(module.named_children()):
         if isinstance(child, nn.Linear):
-            setattr(module, name, PackedLinear(child, tiles))
+            setattr(module, name, make(child))
             count += 1
         else:
-            count += pack_linears(child, tiles)
+            count += _replace_linears(child, make)
     return count
-

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from tt_backend.config import EngineConfig
-from tt_backend.devices.torch_device import TorchDevice, select_device, torch_dtype
+from tt_backend.devices.compute_plan import ComputePlan
+from tt_backend.devices.torch_device import TorchDevice, select_device
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
@@ -69,8 +70,10 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     import_processor_modules(config.logits_processor_modules)
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
-    dtype = torch_dtype(config.dtype)
-    loaded = load_model(model_dir, dtype, device, kernels=config.cpu_kernels)
+    plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels)
+    logger.info("%s", plan.describe())
+    dtype = plan.activations
+    loaded = load_model(model_dir, plan)
     cfg = loaded.spec
     per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
     caps = loaded.capabilities
@@ -97,7 +100,7 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d lane(s) of %d KV blocks of %d, "
                 "prefix caching %s, trace_mode=%s, async_scheduling=%s, sample_on_device_mode=%s%s",
                 loaded.architecture,
-                type(loaded.module).__qualname__, model_dir, device, config.dtype, config.max_model_len,
+                type(loaded.module).__qualname__, model_dir, device, plan.dtype_name, config.max_model_len,
                 lanes, config.num_kv_blocks, config.block_size,
                 "on" if config.enable_prefix_caching else "off", runner.trace.mode, config.async_scheduling,
                 config.sample_on_device_mode,

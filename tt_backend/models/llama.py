@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tt_backend.devices import cpu_kernels
+from tt_backend.devices.cpu_kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAMA
 from tt_backend.models.rope import RopeConfig, inv_frequencies
 from tt_backend.models.spec import ModelSpec
@@ -92,19 +92,19 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
-        self.native = False
+        self.kernels: CpuKernels | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native:
-            return cpu_kernels.rms_norm(x, self.weight, self.eps)
+        if self.kernels is not None:
+            return self.kernels.rms_norm(x, self.weight, self.eps)
         # Normalise in fp32 and cast back before the weight, as HF Llama does (one fused op).
         h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
 
     def add(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(norm(x + residual), x + residual): the residual add fused into the norm after it."""
-        if self.native:
-            return cpu_kernels.add_rms_norm(x, residual, self.weight, self.eps)
+        if self.kernels is not None:
+            return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
         residual = x + residual
         return self(residual), residual
 
@@ -136,7 +136,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
         self.window = cfg.sliding_window or 0
         self.scale = cfg.head_dim ** -0.5
-        self.native = False
+        self.kernels: CpuKernels | None = None
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("q_proj", "k_proj", "v_proj"), "qkv_proj"))
@@ -147,9 +147,9 @@ class Attention(nn.Module):
         a decode step (T = 1) attends through the native paged kernel."""
         B, T, _ = x.shape
         qkv = self.qkv_proj(x)
-        if self.native and self.q_norm is None:
+        if self.kernels is not None and self.q_norm is None:
             cos, sin = (t.reshape(B * T, self.head_dim) for t in rope)
-            q = cpu_kernels.rope_and_cache(qkv.view(B * T, -1), cos, sin, kv, batch.slot_mapping.reshape(-1),
+            q = self.kernels.rope_and_cache(qkv.view(B * T, -1), cos, sin, kv, batch.slot_mapping.reshape(-1),
                                            self.num_heads, self.num_kv_heads)  # [B * T, H, D]
             return self.o_proj(self._attend(q.view(B, T, self.num_heads, self.head_dim), kv, batch, mask))
         q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
@@ -170,7 +170,8 @@ class Attention(nn.Module):
         """q: [B, T, H, D], rotated, its K/V already in the cache; returns [B, T, H * D]."""
         B, T = q.shape[:2]
         if mask is None:
-            out = cpu_kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
+            assert self.kernels is not None, "a decode step without a mask runs the native kernel"
+            out = self.kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
                                                      batch.positions[:, 0], self.window, self.scale)
             return out.reshape(B, T, -1)
         keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
@@ -227,11 +228,11 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("gate_proj", "up_proj"), "gate_up_proj"))
-        self.native = False
+        self.kernels: CpuKernels | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native:
-            return self.down_proj(cpu_kernels.silu_and_mul(self.gate_up_proj(x)))
+        if self.kernels is not None:
+            return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 
@@ -277,16 +278,15 @@ class LlamaForCausalLM(nn.Module):
         self.config = cfg
         self.model = LlamaModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.native = False
+        self.kernels: CpuKernels | None = None
 
-    def use_native_kernels(self) -> None:
-        """Run on the native CPU kernels (`devices/cpu_kernels.py`, which must be loaded): decode
-        attention over the paged cache, RMSNorm with the residual add, SiLU x up, RoPE with the
-        KV write."""
-        self.native = True
+    def use_native_kernels(self, kernels: CpuKernels) -> None:
+        """Run on the native CPU kernels of one level (`devices/cpu_kernels.py`): decode attention
+        over the paged cache, RMSNorm with the residual add, SiLU x up, RoPE with the KV write."""
+        self.kernels = kernels
         for module in self.modules():
             if isinstance(module, RMSNorm | Attention | MLP):
-                module.native = True
+                module.kernels = kernels
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
@@ -306,7 +306,7 @@ class LlamaForCausalLM(nn.Module):
         """
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
-        native = self.native and batch.decode
+        native = self.kernels is not None and batch.decode
         mask = None if native else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.model.layers):

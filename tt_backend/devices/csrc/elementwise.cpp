@@ -9,7 +9,7 @@
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <torch/library.h>
+#include "ops_library.h"
 
 #include <cmath>
 #include <cstdint>
@@ -284,7 +284,7 @@ at::Tensor rope_and_cache(const at::Tensor& qkv, const at::Tensor& cos, const at
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(tt_backend, m) {
+TT_LIBRARY_FRAGMENT(m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)");
   m.def("silu_and_mul(Tensor x) -> Tensor");
@@ -292,7 +292,7 @@ TORCH_LIBRARY_FRAGMENT(tt_backend, m) {
         "int num_kv_heads) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(tt_backend, CPU, m) {
+TT_LIBRARY_IMPL(CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("add_rms_norm", &add_rms_norm);
   m.impl("silu_and_mul", &silu_and_mul);

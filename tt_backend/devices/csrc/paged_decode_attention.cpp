@@ -16,7 +16,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <torch/library.h>
+#include "ops_library.h"
 
 #include "numerics.h"
 
@@ -349,9 +349,9 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv, con
 
 }  // namespace
 
-TORCH_LIBRARY(tt_backend, m) {
+TT_LIBRARY(m) {
   m.def("paged_decode_attention(Tensor q, Tensor kv, Tensor block_tables, Tensor context_lens, Tensor positions, "
         "int window, float scale) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(tt_backend, CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }
+TT_LIBRARY_IMPL(CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }

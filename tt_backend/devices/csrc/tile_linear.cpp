@@ -14,7 +14,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/library.h>
+#include "ops_library.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -175,16 +175,16 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor
 
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(tt_backend, m) {
+TT_LIBRARY_FRAGMENT(m) {
   m.def("tile_linear_supported() -> bool", &tile_linear_supported);  // no tensors: a catch-all kernel
   m.def("tile_linear(Tensor x, Tensor tiles, Tensor? bias) -> Tensor");
   m.def("linear(Tensor x, Tensor tiles, Tensor packed, Tensor? bias, int small_rows) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(tt_backend, CPU, m) {
+TT_LIBRARY_IMPL(CPU, m) {
   m.impl("tile_linear", &tile_linear);
   m.impl("linear", &linear);
 }
 
 // oneDNN's prepacked weight is an opaque MkldnnCPU tensor, which makes the call dispatch there.
-TORCH_LIBRARY_IMPL(tt_backend, MkldnnCPU, m) { m.impl("linear", &linear); }
+TT_LIBRARY_IMPL(MkldnnCPU, m) { m.impl("linear", &linear); }

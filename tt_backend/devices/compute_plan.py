@@ -1,0 +1,125 @@
+"""How the torch device computes: the instruction-set level, the dtypes, and which implementation
+each op of a step takes, decided once from the CPU probe, `cpu_isa`, `dtype` and `cpu_kernels`.
+
+`dtype=auto` on the CPU, from measurements on the machines we have run on:
+- avx512 and up: bfloat16 throughout. oneDNN's bf16 kernels work from AVX-512 (BW/VL/DQ) on and are
+  1.3-1.7x faster than fp32 with the weights prepacked (`torch_linear.PackedLinear`).
+- below (avx2, portable, neon): float32 activations with bfloat16 linear weights. bf16 GEMMs there
+  ran at 17-19 GFLOP/s against fp32's 53-101 (AMD Zen 3), and oneDNN's bf16 prepack refuses to run;
+  a bf16 weight widens to fp32 exactly, so `wide_linear` streams half the bytes of fp32 weights in
+  decode and hands prefill to the fp32 GEMM. Without the native kernels: float32 throughout.
+Off the CPU (CUDA), `auto` is bfloat16.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from tt_backend.devices.cpu_isa import CpuCapabilities, IsaLevel, probe
+from tt_backend.devices.cpu_kernels import CpuKernels, KernelsUnavailable, load_kernels
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+BF16_LEVELS: tuple[IsaLevel, ...] = ("avx512", "avx512_bf16", "amx")
+"""Levels whose torch bf16 matmuls (oneDNN) run well; bf16 activations are the default there."""
+
+LinearPath = Literal["onednn_packed", "amx_tiles", "wide_bf16", "torch"]
+
+
+@dataclass(frozen=True)
+class ComputePlan:
+    """What one engine computes with. `level` and `kernels` are None off the CPU; `kernels` is None
+    on the CPU when the torch ops serve (cpu_kernels=torch, or the native build is unavailable)."""
+
+    device: torch.device
+    activations: torch.dtype
+    weights: torch.dtype
+    """The linear layers' weights (the rest of the model is held in `activations`)."""
+    linear: LinearPath
+    level: IsaLevel | None = None
+    kernels: CpuKernels | None = None
+    native_required: bool = False
+    """cpu_kernels=native: a model that cannot run on the kernels fails its load."""
+
+    @classmethod
+    def resolve(cls, device: torch.device, dtype: str = "auto", cpu_isa: str = "auto",
+                cpu_kernels: str = "auto", caps: CpuCapabilities | None = None) -> ComputePlan:
+        if dtype != "auto" and dtype not in DTYPES:
+            raise ValueError(f"dtype={dtype!r} is not one of auto, {', '.join(DTYPES)}")
+        if device.type != "cpu":
+            if cpu_kernels == "native":
+                raise ValueError(f"cpu_kernels=native: the native kernels run on the CPU, not on "
+                                 f"{device.type}")
+            act = DTYPES["bfloat16" if dtype == "auto" else dtype]
+            return cls(device, act, act, "torch")
+        level = (caps or probe()).resolve(cpu_isa)
+        kernels = _kernels(level, cpu_kernels)
+        if dtype != "auto":
+            act = weights = DTYPES[dtype]
+        elif level in BF16_LEVELS:
+            act = weights = torch.bfloat16
+        else:
+            act, weights = torch.float32, torch.bfloat16 if kernels is not None else torch.float32
+        return cls(device, act, weights, _linear_path(level, act, weights, kernels), level, kernels,
+                   cpu_kernels == "native")
+
+    @property
+    def dtype_name(self) -> str:
+        names = {v: k for k, v in DTYPES.items()}
+        act, w = names[self.activations], names[self.weights]
+        return act if act == w else f"{act} (linear weights {w})"
+
+    def op_paths(self) -> dict[str, str]:
+        """Each op of a step and the implementation it takes (what the startup log lists)."""
+        if self.device.type != "cpu":
+            return {"all ops": f"torch on {self.device.type}"}
+        ns = f"tt_backend_{self.level}::" if self.kernels is not None else ""
+        native = f"native {ns}" if self.kernels is not None else "torch "
+        linear = {
+            "onednn_packed": "oneDNN prepacked bf16 (mkldnn::_linear_pointwise)",
+            "amx_tiles": f"{ns}linear: AMX tiles up to 64 rows, oneDNN prepacked beyond",
+            "wide_bf16": f"{ns}wide_linear: bf16 weights streamed up to 64 rows, widened for the fp32 GEMM "
+                         "beyond",
+            "torch": "torch F.linear",
+        }[self.linear]
+        return {
+            "linear layers and LM head": linear,
+            "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",
+            "prefill attention": f"torch SDPA (ATen {torch.backends.cpu.get_cpu_capability()})",
+            "rms_norm / add_rms_norm": f"{native}rms_norm" if self.kernels else "torch rms_norm",
+            "silu_and_mul": f"{native}silu_and_mul" if self.kernels else "torch silu * up",
+            "rope_and_cache": f"{native}rope_and_cache" if self.kernels else "torch rotate-half + index_copy",
+        }
+
+    def describe(self) -> str:
+        where = f"cpu_isa={self.level}" if self.level is not None else str(self.device)
+        lines = [f"compute: {where}, {self.dtype_name}"]
+        lines += [f"  {op}: {path}" for op, path in self.op_paths().items()]
+        return "\n".join(lines)
+
+
+def _kernels(level: IsaLevel, cpu_kernels: str) -> CpuKernels | None:
+    if cpu_kernels == "torch":
+        return None
+    try:
+        return load_kernels(level)
+    except KernelsUnavailable as exc:
+        if cpu_kernels == "native":
+            raise ValueError(f"cpu_kernels=native: {exc}") from None
+        logger.warning("%s; using torch ops", exc)
+        return None
+
+
+def _linear_path(level: IsaLevel, act: torch.dtype, weights: torch.dtype,
+                 kernels: CpuKernels | None) -> LinearPath:
+    if act == torch.float32 and weights == torch.bfloat16:
+        return "wide_bf16"
+    if act == weights == torch.bfloat16 and level in BF16_LEVELS and torch.backends.mkldnn.is_available():
+        return "amx_tiles" if kernels is not None and kernels.tile_linear_supported() else "onednn_packed"
+    return "torch"
+
