@@ -160,6 +160,22 @@ inline void silu_and_mul_bf16(const uint16_t* gate, const uint16_t* up, uint16_t
 }
 #endif
 
+#ifdef TT_AVX2
+// silu_and_mul over n fp32 or bf16 elements (n a multiple of 8), 8 lanes at a time with the scalar loop's
+// roundings (exp8 rounds its polynomial with FMAs, so a value may differ from it by an ulp): the
+// compiler's version of the scalar loop took 1.8 ms for 784 x 1536 fp32 here (torch: 0.23 ms).
+template <typename T>
+inline void silu_and_mul8(const T* gate, const T* up, T* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 g = tt_kernels::load8(gate + i);
+    const __m256 d = _mm256_add_ps(one, tt_kernels::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+    const __m256 silu = tt_kernels::round8<T>(_mm256_div_ps(g, d));
+    tt_kernels::store8(out + i, _mm256_mul_ps(silu, tt_kernels::load8(up + i)));
+  }
+}
+#endif
+
 // x: [..., 2I] = (gate, up); returns [..., I] = round(round(silu(gate)) * up).
 at::Tensor silu_and_mul(const at::Tensor& x) {
   const int64_t n2 = x.size(-1), n = n2 / 2;
@@ -182,6 +198,20 @@ at::Tensor silu_and_mul(const at::Tensor& x) {
         if constexpr (std::is_same_v<T, uint16_t>) {
           if (n % 16 == 0) {
             silu_and_mul_bf16(gate, up, o, n);
+            continue;
+          }
+        }
+#endif
+#ifdef TT_AVX2
+        // bf16 too below AVX-512 (with it, the compiler's 16-lane loop was faster: 0.33 vs 0.53 ms).
+#ifdef __AVX512F__
+        constexpr bool lanes8 = std::is_same_v<T, float>;
+#else
+        constexpr bool lanes8 = std::is_same_v<T, float> || std::is_same_v<T, uint16_t>;
+#endif
+        if constexpr (lanes8) {
+          if (n % 8 == 0) {
+            silu_and_mul8(gate, up, o, n);
             continue;
           }
         }
@@ -214,6 +244,25 @@ inline void rotate_head(const T* x, const T* cos, const T* sin, T* out, int64_t 
         const __m512 hi = _mm512_add_ps(round_bf16(_mm512_mul_ps(x2, c2)), round_bf16(_mm512_mul_ps(x1, s2)));
         store_bf16x16(out + i, lo);
         store_bf16x16(out + h + i, hi);
+      }
+      return;
+    }
+  }
+#endif
+#ifdef TT_AVX2
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+    if (h % 8 == 0) {  // the same roundings, 8 lanes at a time
+      using tt_kernels::load8;
+      using tt_kernels::round8;
+      for (int64_t i = 0; i < h; i += 8) {
+        const __m256 x1 = load8(x + i), x2 = load8(x + h + i);
+        const __m256 c1 = load8(cos + i), c2 = load8(cos + h + i);
+        const __m256 s1 = load8(sin + i), s2 = load8(sin + h + i);
+        const __m256 neg_x2 = _mm256_xor_ps(x2, _mm256_set1_ps(-0.f));
+        const __m256 lo = _mm256_add_ps(round8<T>(_mm256_mul_ps(x1, c1)), round8<T>(_mm256_mul_ps(neg_x2, s1)));
+        const __m256 hi = _mm256_add_ps(round8<T>(_mm256_mul_ps(x2, c2)), round8<T>(_mm256_mul_ps(x1, s2)));
+        tt_kernels::store8(out + i, lo);
+        tt_kernels::store8(out + h + i, hi);
       }
       return;
     }

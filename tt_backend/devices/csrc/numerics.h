@@ -121,3 +121,70 @@ inline __m512 exp16(__m512 x) {
 
 }  // namespace tt_kernels
 #endif
+
+// The AVX2 paths (8 fp32 lanes): fp32 kernels, and bf16 ones on CPUs without AVX512-BF16 (the bf16
+// rounding done in integer lanes, as from_float<uint16_t> does it).
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define TT_AVX2 1
+
+namespace tt_kernels {
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const uint16_t* p) {  // 8 bf16 -> 8 fp32
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+// 8 fp32 -> 8 bf16 bits in 32-bit lanes (nearest, ties to even; NaN kept quiet).
+inline __m256i bf16_bits8(__m256 x) {
+  const __m256i b = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0x40));
+  return _mm256_blendv_epi8(rounded, quiet, nan);
+}
+
+inline void store8(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+inline void store8(uint16_t* p, __m256 x) {
+  const __m256i bits = bf16_bits8(x);
+  const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256(bits, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
+}
+
+// The value after a round trip through T (round_to<T>, 8 lanes).
+template <typename T>
+inline __m256 round8(__m256 x) { return x; }
+template <>
+inline __m256 round8<uint16_t>(__m256 x) { return _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits8(x), 16)); }
+
+// exp_approx on 8 lanes (the same clamps and polynomial, rounded with FMAs; 2^k built in the exponent).
+inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+  const __m256 k = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(t, k);
+  __m256 p = _mm256_set1_ps(1.5403530393381606e-4f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146428443e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076284772e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108664821580e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650695910071e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718055994531e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
+  // k in [-126, 127] after the clamps: 2^k is a normal float.
+  const __m256i two_k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_k));
+}
+
+inline float fold8(__m256 v) {  // lanes 0..7 in turn
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, v);
+  float s = 0.f;
+  for (int l = 0; l < 8; ++l) s += lanes[l];
+  return s;
+}
+
+}  // namespace tt_kernels
+#endif

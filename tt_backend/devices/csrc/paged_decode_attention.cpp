@@ -114,6 +114,45 @@ inline void softmax_rows(float* scores, int64_t G, int64_t count) {
   }
 }
 
+#ifdef TT_AVX2
+// softmax_rows with 8-lane vectors: the same order of sums (keys i and i + 8 of each 16 in two vectors,
+// which are lanes 0-7 and 8-15 of softmax_rows' 16), the same scalar tail; exp8 rounds its polynomial
+// with FMAs, so a score may differ from softmax_rows' by an ulp.
+inline void softmax_rows8(float* scores, int64_t G, int64_t count) {
+  for (int64_t g = 0; g < G; ++g) {
+    float* s = scores + g * count;
+    __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t i = 0;
+    for (; i + 8 <= count; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + i));
+    alignas(32) float lanes[kLanes];
+    _mm256_store_ps(lanes, mv);
+    float m = lanes[0];
+    for (int l = 1; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+    for (; i < count; ++i) m = s[i] > m ? s[i] : m;
+    const __m256 mb = _mm256_set1_ps(m);
+    __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+    for (i = 0; i + kLanes <= count; i += kLanes) {
+      const __m256 e0 = tt_kernels::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mb));
+      const __m256 e1 = tt_kernels::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i + 8), mb));
+      _mm256_storeu_ps(s + i, e0);
+      _mm256_storeu_ps(s + i + 8, e1);
+      lo = _mm256_add_ps(lo, e0);
+      hi = _mm256_add_ps(hi, e1);
+    }
+    _mm256_storeu_ps(lanes, lo);
+    _mm256_storeu_ps(lanes + 8, hi);
+    float total = fold_lanes(lanes);
+    for (; i < count; ++i) {
+      s[i] = exp_approx(s[i] - m);
+      total += s[i];
+    }
+    const __m256 inv = _mm256_set1_ps(1.f / total);
+    for (i = 0; i + 8 <= count; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
+    for (; i < count; ++i) s[i] *= 1.f / total;
+  }
+}
+#endif
+
 template <typename T>
 void portable_task(const Task<T>& t, int64_t G, int64_t D, float* qf, float* acc, float* row) {
   const int64_t count = t.end - t.first;
@@ -123,7 +162,11 @@ void portable_task(const Task<T>& t, int64_t G, int64_t D, float* qf, float* acc
     for (int64_t d = 0; d < D; ++d) row[d] = to_float(k[d]);
     for (int64_t g = 0; g < G; ++g) t.scores[g * count + i] = dot(qf + g * D, row, D);
   });
+#ifdef TT_AVX2
+  softmax_rows8(t.scores, G, count);
+#else
   softmax_rows(t.scores, G, count);
+#endif
   std::fill(acc, acc + G * D, 0.f);
   for_each_key(t.v, t, [&](int64_t i, const T* v) {
 #pragma omp simd

@@ -19,30 +19,15 @@
 #include "numerics.h"
 #include "ops_library.h"
 
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#define TT_WIDE_AVX2 1
-#endif
-
 namespace {
 
 constexpr int64_t kCols = 4;  // output columns per block
 constexpr int64_t kRows = 2;  // input rows per block: 8 accumulators + 4 weights + 1 input in 16 registers
 constexpr int64_t kWidth = 8;  // lanes of one sum
 
-#ifdef TT_WIDE_AVX2
-inline __m256 load_bf16x8(const uint16_t* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-inline float fold8(__m256 v) {
-  alignas(32) float lanes[kWidth];
-  _mm256_store_ps(lanes, v);
-  float s = 0.f;
-  for (int64_t l = 0; l < kWidth; ++l) s += lanes[l];
-  return s;
-}
+#ifdef TT_AVX2
+using tt_kernels::fold8;
+using tt_kernels::load8;
 
 // out[r][c] = x[r] . w[c] over the first k8 (a multiple of 8) inputs, for R rows and C columns.
 template <int64_t R, int64_t C>
@@ -52,7 +37,7 @@ inline void block_sums(const float* const* x, const uint16_t* const* w, int64_t 
     for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t k = 0; k < k8; k += kWidth) {
     __m256 wv[C];
-    for (int64_t c = 0; c < C; ++c) wv[c] = load_bf16x8(w[c] + k);
+    for (int64_t c = 0; c < C; ++c) wv[c] = load8(w[c] + k);
     for (int64_t r = 0; r < R; ++r) {
       const __m256 xv = _mm256_loadu_ps(x[r] + k);
       for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
