@@ -14,9 +14,12 @@ import shlex
 import shutil
 import sys
 import sysconfig
+import typing
 from pathlib import Path
 
 import pytriton
+
+from tt_backend.devices.cpu_isa import IsaLevel, torch_caps_env
 
 TOKENIZER_MODELS = ("preprocessing", "postprocessing")
 PREPROCESSING_ONLY = ("apply_chat_template",)
@@ -95,6 +98,12 @@ def main() -> None:
     }
     for key, value in values.items():
         print(f"{key}={shlex.quote(value)}")
+    # An explicit cpu_isa caps torch's own kernels too (read at process start, so set here); a name
+    # that is no level fails the model load with the engine's message.
+    level = settings.get("cpu_isa", settings.get("tt.cpu_isa", "auto"))
+    if level in typing.get_args(IsaLevel):
+        for key, value in torch_caps_env(level).items():  # type: ignore[arg-type]
+            print(f"export {key}={shlex.quote(value)}")
 
 
 if __name__ == "__main__":

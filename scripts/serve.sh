@@ -42,11 +42,19 @@ eval "$("$VENV/bin/python" "$ROOT/scripts/prepare_run.py" --run-dir "$RUN_DIR" \
 export PATH="$VENV/bin:$PATH"
 export LD_LIBRARY_PATH="$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUTF8=1 PYTHONIOENCODING=utf-8 PYTHONUNBUFFERED=1
-# torch's GNU OpenMP runs GEMMs from a non-main thread (our engine thread) at single-thread
-# speed; Intel OpenMP does not (20 vs 14 tok/s single-stream here). TT_BACKEND_OPENMP=gnu opts out.
-if [ "${TT_BACKEND_OPENMP:-intel}" = intel ] && [ -f "$VENV/lib/libiomp5.so" ]; then
+# OpenMP: the runtime that bench/openmp.py measured faster on this CPU (recorded once per machine;
+# GNU libgomp ran the engine thread's matmuls at single-thread speed on some machines, Intel's
+# libiomp5 slowed fp32 products on others). TT_BACKEND_OPENMP=intel|gnu overrides the measurement.
+OPENMP=${TT_BACKEND_OPENMP:-auto}
+if [ "$OPENMP" = auto ]; then
+    OPENMP=$("$VENV/bin/python" "$ROOT/bench/openmp.py" --choose "$VENV/.tt_backend-openmp" | tail -n 1) \
+        || OPENMP=gnu
+fi
+if [ "$OPENMP" = intel ] && [ -f "$VENV/lib/libiomp5.so" ]; then
     export LD_PRELOAD="$VENV/lib/libiomp5.so${LD_PRELOAD:+:$LD_PRELOAD}"
-    echo "[serve] OpenMP: Intel (libiomp5); TT_BACKEND_OPENMP=gnu for torch's libgomp"
+    echo "[serve] OpenMP: Intel (libiomp5)${TT_BACKEND_OPENMP:+, from TT_BACKEND_OPENMP}"
+else
+    echo "[serve] OpenMP: GNU (torch's libgomp)${TT_BACKEND_OPENMP:+, from TT_BACKEND_OPENMP}"
 fi
 
 echo "[serve] model: $MODEL_DIR"

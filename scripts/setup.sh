@@ -31,10 +31,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[setup] $VENV ready"
 fi
 
-# The native CPU kernels (tt_backend/devices/cpu_kernels.py): built once (~15 s) and cached, so the
-# first server or test does not pay for it; a cached build loads in about a second. Never fatal:
-# without a compiler the engine keeps its torch ops (cpu_kernels=auto).
+# The native CPU kernels (tt_backend/devices/cpu_kernels.py), one library per cpu_isa level this CPU
+# has: built once (~15 s a level) and cached, so the first server or test does not pay for it; a
+# cached build loads in about a second. Never fatal: without a compiler the engine keeps its torch
+# ops (cpu_kernels=auto).
 if [ ! -f "$VENV/.tt_backend-kernels" ] \
-        || [ -n "$(find tt_backend/devices/csrc -newer "$VENV/.tt_backend-kernels")" ]; then
+        || [ -n "$(find tt_backend/devices/csrc tt_backend/devices/cpu_kernels.py tt_backend/devices/cpu_isa.py \
+                 -newer "$VENV/.tt_backend-kernels")" ]; then
     "$VENV/bin/python" -m tt_backend.devices.cpu_kernels && touch "$VENV/.tt_backend-kernels"
 fi
+
+# The OpenMP runtime scripts/serve.sh preloads: measured once per machine (bench/openmp.py, ~6 s).
+"$VENV/bin/python" bench/openmp.py --choose "$VENV/.tt_backend-openmp" | sed 's/^/[setup] openmp: /' \
+    || echo "[setup] openmp: the measurement failed; scripts/serve.sh measures again when it starts"

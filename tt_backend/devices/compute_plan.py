@@ -14,6 +14,7 @@ Off the CPU (CUDA), `auto` is bfloat16.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,10 +91,13 @@ class ComputePlan:
         return {
             "linear layers and LM head": linear,
             "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",
-            "prefill attention": f"torch SDPA (ATen {torch.backends.cpu.get_cpu_capability()})",
+            "prefill attention": "torch SDPA",
             "rms_norm / add_rms_norm": f"{native}rms_norm" if self.kernels else "torch rms_norm",
             "silu_and_mul": f"{native}silu_and_mul" if self.kernels else "torch silu * up",
             "rope_and_cache": f"{native}rope_and_cache" if self.kernels else "torch rotate-half + index_copy",
+            "torch's own kernels": f"ATen {torch.backends.cpu.get_cpu_capability()}, oneDNN "
+                                   f"{os.environ.get('ONEDNN_MAX_CPU_ISA', 'uncapped')}, MKL "
+                                   f"{os.environ.get('MKL_ENABLE_INSTRUCTIONS', 'uncapped')}",
         }
 
     def describe(self) -> str:

@@ -59,12 +59,24 @@ LEVEL_FLAGS: dict[tuple[Arch, IsaLevel], list[str]] = {
 """Compiler flags of each level's kernel library (the code inside is selected by the macros they
 define, e.g. `__AVX2__`, `__AVX512BF16__`)."""
 
-# Values of torch's and its libraries' own caps that match a level (read at process start).
-ATEN_CAPABILITY: dict[IsaLevel, str] = {"portable": "default", "avx2": "avx2", "avx512": "avx512",
-                                        "avx512_bf16": "avx512", "amx": "avx512", "neon": "default"}
-ONEDNN_MAX_ISA: dict[IsaLevel, str] = {"portable": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE",
-                                       "avx512_bf16": "AVX512_CORE_BF16", "amx": "AVX512_CORE_AMX",
-                                       "neon": "ALL"}
+# torch's own kernels are capped by environment variables read at process start: ATen's vectorised
+# ops, oneDNN and MKL (torch's BLAS on x86-64).
+_ATEN: dict[IsaLevel, str] = {"portable": "default", "avx2": "avx2", "avx512": "avx512",
+                              "avx512_bf16": "avx512", "amx": "avx512", "neon": "default"}
+_ONEDNN: dict[IsaLevel, str] = {"portable": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE",
+                                "avx512_bf16": "AVX512_CORE_BF16", "amx": "AVX512_CORE_AMX"}
+_MKL: dict[IsaLevel, str] = {"portable": "SSE4_2", "avx2": "AVX2", "avx512": "AVX512",
+                             "avx512_bf16": "AVX512", "amx": "AVX512"}
+
+
+def torch_caps_env(level: IsaLevel) -> dict[str, str]:
+    """The environment that keeps torch's own kernels within `level` in a process started with it
+    (`scripts/serve.sh` sets it for an explicit `cpu_isa`), so a capped server on a big CPU runs what
+    an uncapped one runs on a small CPU."""
+    env = {"ATEN_CPU_CAPABILITY": _ATEN[level]}
+    if level in _ONEDNN:
+        env |= {"ONEDNN_MAX_CPU_ISA": _ONEDNN[level], "MKL_ENABLE_INSTRUCTIONS": _MKL[level]}
+    return env
 
 
 @dataclass(frozen=True)
