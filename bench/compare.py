@@ -8,8 +8,15 @@ each with the same streaming HTTP client: `--prompt-tokens` prompt tokens, `--ma
 tokens with ignore_eos, at each concurrency. Prints output tok/s, TTFT p50/p99 and inter-token
 latency p50 with the ratio ours/vLLM, and writes a PNG chart and a JSON next to it.
 
+`--cpu-isa avx2,avx512_bf16` serves ours once per level (`cpu_isa=...`, `dtype=auto`) in the same
+run, and reports for each the c=1 decode rate (1 / inter-token p50) against the bandwidth limit of
+the bytes a decode step streams: the linear weights as the level holds them plus the KV cache
+read at the mean context, over this machine's read bandwidth (measured here: the best of several
+sums of a 1 GiB tensor).
+
     make bench                                   # = .venv/bin/python bench/compare.py
     .venv/bin/python bench/compare.py --concurrency 1,8 --only ours
+    .venv/bin/python bench/compare.py --cpu-isa avx512_bf16,avx512,avx2,portable
 """
 
 from __future__ import annotations
@@ -55,6 +62,36 @@ def prompt_text(tokenizer: Any, n_tokens: int, seed: int) -> str:
     words = [WORDS[(seed * 7 + i * 3) % len(WORDS)] for i in range(4 * n_tokens)]
     ids = tokenizer(" ".join(words), add_special_tokens=False).input_ids[:n_tokens]
     return str(tokenizer.decode(ids))
+
+
+def read_bandwidth_gbs() -> float:
+    """This machine's read bandwidth: the best of several torch sums over 1 GiB (past every cache)."""
+    import torch
+
+    data = torch.ones(1 << 28)  # 1 GiB of fp32
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - start)
+    return data.numel() * 4 / best / 1e9
+
+
+def decode_bytes_per_token(level: str, context: int) -> tuple[float, str]:
+    """Bytes one decode step of the default model reads at `level` with dtype=auto, and how."""
+    import torch
+
+    from tt_backend.devices.compute_plan import ComputePlan
+
+    plan = ComputePlan.resolve(torch.device("cpu"), "auto", level)
+    layers, hidden, heads, kv_heads, head_dim, inter, vocab = 30, 576, 9, 3, 64, 1536, 49152
+    per_layer = hidden * ((heads + 2 * kv_heads) * head_dim + heads * head_dim + 3 * inter)
+    linear = layers * per_layer + hidden * vocab
+    kv = layers * 2 * kv_heads * head_dim * context
+    size = {torch.bfloat16: 2, torch.float32: 4, torch.float16: 2}
+    total = linear * size[plan.weights] + kv * size[plan.activations]
+    return total, (f"{linear / 1e6:.1f}M linear weights in {plan.weights}, KV of {context} tokens in "
+                   f"{plan.activations}")
 
 
 # ---- the two servers ------------------------------------------------------------------------------
@@ -210,12 +247,12 @@ def chart(results: dict[str, dict[int, dict[str, float]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def table(results: dict[str, dict[int, dict[str, float]]], levels: list[int]) -> str:
+def table(results: dict[str, dict[int, dict[str, float]]], levels: list[int], ours_name: str = "ours") -> str:
     metrics = (("tok_s", "tok/s"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
                ("itl_p50_ms", "ITL p50 ms"))
     lines = ["conc | " + " | ".join(f"{label:>12} ours / vLLM = ratio" for _, label in metrics)]
     for c in levels:
-        ours, vllm = results.get("ours", {}).get(c), results.get("vllm", {}).get(c)
+        ours, vllm = results.get(ours_name, {}).get(c), results.get("vllm", {}).get(c)
         cells = []
         for key, _ in metrics:
             o = f"{ours[key]:.1f}" if ours else "-"
@@ -238,6 +275,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18200)
     parser.add_argument("--ours-set", action="append", default=[], metavar="OPTION=VALUE",
                         help="an engine option for our server (repeatable), e.g. async_scheduling=true")
+    parser.add_argument("--cpu-isa", default="", help="serve ours once per level (comma-separated), named "
+                        "ours:<level>; with the c=1 bandwidth limit of each")
     args = parser.parse_args()
     from tt_backend.engine.builder import load_tokenizer
     from tt_backend.models.checkpoint import resolve_model_dir
@@ -246,7 +285,10 @@ def main() -> None:
     model_dir = resolve_model_dir("")
     tokenizer = load_tokenizer(model_dir)
     levels = [int(c) for c in args.concurrency.split(",")]
-    servers = {"vllm": (start_vllm, stream_vllm), "ours": (start_ours, stream_ours)}
+    isa_levels = [lv for lv in args.cpu_isa.split(",") if lv]
+    ours_runs = {f"ours:{lv}": (*args.ours_set, f"cpu_isa={lv}") for lv in isa_levels} or \
+        {"ours": tuple(args.ours_set)}
+    servers = {"vllm": (start_vllm, stream_vllm), **{name: (start_ours, stream_ours) for name in ours_runs}}
     results: dict[str, dict[int, dict[str, float]]] = {}
     saved = RESULTS / "compare.json"
     if args.only and saved.is_file():  # keep the other server's last numbers for the table
@@ -254,10 +296,10 @@ def main() -> None:
         results = {name: {int(c): row for c, row in rows.items()} for name, rows in previous.items()
                    if name != args.only}
     for name, (start, stream) in servers.items():
-        if args.only and name != args.only:
+        if args.only and name.split(":")[0] != args.only:
             continue
         proc = (start(model_dir, args.port, 2048) if name == "vllm"  # type: ignore[operator]
-                else start(args.port, tuple(args.ours_set)))  # type: ignore[operator]
+                else start(args.port, ours_runs[name]))  # type: ignore[operator]
         try:
             warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
             measure(stream, args.port, warm, 1, 8)  # first-request costs out of the numbers
@@ -272,7 +314,24 @@ def main() -> None:
             stop(proc)
     print(f"\n{args.prompt_tokens} prompt tokens, {args.max_tokens} output tokens (ignore_eos), bf16, "
           "prefix caching off")
-    print(table(results, levels))
+    for name in ours_runs:
+        if name in results:
+            print(f"\n{name}" + (f" ({' '.join(ours_runs[name])})" if ours_runs[name] else ""))
+            print(table(results, levels, name))
+    if isa_levels and 1 in levels:
+        bandwidth = read_bandwidth_gbs()
+        context = args.prompt_tokens + args.max_tokens // 2
+        print(f"\nc=1 decode against the bandwidth limit (read bandwidth {bandwidth:.1f} GB/s, mean context "
+              f"{context})")
+        for lv in isa_levels:
+            row = results.get(f"ours:{lv}", {}).get(1)
+            if row is None:
+                continue
+            nbytes, what = decode_bytes_per_token(lv, context)
+            limit = bandwidth * 1e9 / nbytes
+            rate = 1e3 / row["itl_p50_ms"]
+            print(f"{lv:>12}: {rate:6.1f} tok/s, limit {limit:6.1f} tok/s ({nbytes / 1e6:.0f} MB/token: "
+                  f"{what}), ratio {rate / limit:.2f}")
     (RESULTS / "compare.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     chart(results, RESULTS / "compare.png")
     print(f"chart: {RESULTS / 'compare.png'}")

@@ -80,8 +80,11 @@ inline float dot(const float* a, const float* b, int64_t n) {
 
 }  // namespace tt_kernels
 
-// The AVX512-BF16 fast paths: bf16 kernels whose portable loops the compiler vectorises poorly.
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
+// The AVX-512 fast paths: bf16 kernels whose portable loops the compiler vectorises poorly. With
+// AVX512-BF16 the bf16 conversions and dot products are single instructions; without it (Skylake-SP to
+// Ice Lake) the same functions round in integer lanes (as from_float<uint16_t> does) and widen the pairs
+// of a bf16 dot product to fp32.
+#if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define TT_FAST_BF16 1
 
@@ -93,6 +96,7 @@ inline __m512 load_bf16x16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
+#ifdef __AVX512BF16__
 // 16 fp32 -> 16 bf16 (nearest, ties to even), stored.
 inline void store_bf16x16(uint16_t* p, __m512 x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(x));
@@ -102,6 +106,41 @@ inline void store_bf16x16(uint16_t* p, __m512 x) {
 inline __m512 round_bf16(__m512 x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x)), 16));
 }
+
+// 32 bf16 as one operand of a dot product of pairs.
+using bf16x32 = __m512bh;
+inline bf16x32 load_bf16x32(const uint16_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
+// acc[l] + a[2l] b[2l] + a[2l+1] b[2l+1].
+inline __m512 dot_pairs(__m512 acc, bf16x32 a, bf16x32 b) { return _mm512_dpbf16_ps(acc, a, b); }
+#else
+// 16 fp32 -> 16 bf16 bits in 32-bit lanes (nearest, ties to even; NaN kept quiet).
+inline __m512i bf16_bits16(__m512 x) {
+  const __m512i b = _mm512_castps_si512(x);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40)));
+}
+
+inline void store_bf16x16(uint16_t* p, __m512 x) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits16(x)));
+}
+
+inline __m512 round_bf16(__m512 x) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits16(x), 16)); }
+
+using bf16x32 = __m512i;
+inline bf16x32 load_bf16x32(const uint16_t* p) { return _mm512_loadu_si512(p); }
+inline __m512 dot_pairs(__m512 acc, bf16x32 a, bf16x32 b) {
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m512 a_even = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+  const __m512 b_even = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+  const __m512 a_odd = _mm512_castsi512_ps(_mm512_and_si512(a, high));
+  const __m512 b_odd = _mm512_castsi512_ps(_mm512_and_si512(b, high));
+  return _mm512_fmadd_ps(a_odd, b_odd, _mm512_fmadd_ps(a_even, b_even, acc));
+}
+#endif
 
 // exp_approx on 16 lanes (the same clamps and polynomial; 2^k by scalef).
 inline __m512 exp16(__m512 x) {

@@ -6,8 +6,9 @@
 // SDPA on it, which reads and writes the context twice more.
 //
 // Two implementations of one task:
-// - `fast_task`: bf16 with AVX512-BF16 (dot products with vdpbf16ps, 16-lane exp), specialised for head
-//   sizes 64 and 128 and up to 8 query heads per kv head;
+// - `fast_task`: bf16 with AVX-512 (dot products of bf16 pairs: vdpbf16ps with AVX512-BF16, widened to
+//   fp32 FMAs without; 16-lane exp), specialised for head sizes 64 and 128 and up to 8 query heads per kv
+//   head;
 // - `portable_task`: any other case (fp32, fp16, other shapes, other CPUs), written for the compiler's
 //   vectoriser.
 // Both accumulate in fp32 and write the output in the input dtype.
@@ -234,9 +235,9 @@ template <int G, int DP>
 void fast_task(const Task<uint16_t>& t) {
   constexpr int D = 32 * DP, DC = 2 * DP;
   const int64_t count = t.end - t.first;
-  __m512bh q[G][DP];
+  tt_kernels::bf16x32 q[G][DP];
   for (int g = 0; g < G; ++g)
-    for (int c = 0; c < DP; ++c) q[g][c] = (__m512bh)_mm512_loadu_si512(t.q + g * D + 32 * c);
+    for (int c = 0; c < DP; ++c) q[g][c] = tt_kernels::load_bf16x32(t.q + g * D + 32 * c);
   // Scores 16 keys at a time: one dot-product vector per key, then their 16 sums at once.
   const __m512 scale = _mm512_set1_ps(t.scale);
   for_each_run(t.k, t, [&](int64_t i, const uint16_t* row, int64_t n) {
@@ -252,7 +253,7 @@ void fast_task(const Task<uint16_t>& t) {
             dots[j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
             for (int c = 0; c < DP; ++c)
-              dots[j] = _mm512_dpbf16_ps(dots[j], q[g][c], (__m512bh)_mm512_loadu_si512(kj + 32 * c));
+              dots[j] = tt_kernels::dot_pairs(dots[j], q[g][c], tt_kernels::load_bf16x32(kj + 32 * c));
           }
           _mm512_storeu_ps(t.scores + g * count + i + j0, _mm512_mul_ps(sum_each(dots), scale));
         }
@@ -265,7 +266,7 @@ void fast_task(const Task<uint16_t>& t) {
           if (j < m) {
             const uint16_t* k = row + (j0 + j) * t.token_stride;
             for (int c = 0; c < DP; ++c)
-              dots[j] = _mm512_dpbf16_ps(dots[j], q[g][c], (__m512bh)_mm512_loadu_si512(k + 32 * c));
+              dots[j] = tt_kernels::dot_pairs(dots[j], q[g][c], tt_kernels::load_bf16x32(k + 32 * c));
           }
         }
         const __mmask16 keep = static_cast<__mmask16>((1u << m) - 1);
