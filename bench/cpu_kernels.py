@@ -81,18 +81,17 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
     else:
         gate, up = gu.chunk(2, dim=-1)
         out["silu_and_mul 784 x 3072"] = median_ms(lambda: F.silu(gate) * up, repeats)
-    layers = [torch.nn.Linear(i, o, bias=False).to(dtype) for i, o in STEP_LINEARS] + \
-        [torch.nn.Linear(HIDDEN, VOCAB, bias=False).to(dtype)]
-    holder = torch.nn.Sequential(*layers)
+    # Every layer's own weights, as in the model: a step streams them all from memory (one layer's,
+    # reused 30 times, would stay in the cache and time the cache instead).
+    layers = [torch.nn.Linear(i, o, bias=False) for _ in range(LAYERS) for i, o in STEP_LINEARS]
+    holder = torch.nn.Sequential(*layers, torch.nn.Linear(HIDDEN, VOCAB, bias=False)).to(dtype)
     convert_linears(holder, plan)
     for rows in (1, 32):
         xs = [torch.randn(rows, m.in_features, generator=g).to(dtype) for m in holder]
 
         def step_linears(xs: list[torch.Tensor] = xs) -> None:
-            for _ in range(LAYERS):
-                for m, xi in zip(holder[:4], xs[:4], strict=True):
-                    m(xi)
-            holder[4](xs[4])
+            for m, xi in zip(holder, xs, strict=True):
+                m(xi)
         out[f"step's linears, {rows} row(s)"] = median_ms(step_linears, max(5, repeats // 20))
     return out
 

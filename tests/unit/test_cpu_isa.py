@@ -68,6 +68,15 @@ def test_auto_below_avx512_is_fp32_activations_with_bf16_weights_on_wide_linear(
     assert not any(word in path for path in ours for word in ("oneDNN", "avx512", "amx"))
 
 
+def test_auto_at_avx512_without_bf16_is_fp32_with_bf16_weights_and_bf16_still_prepacks() -> None:
+    if "avx512" not in probe().levels:
+        pytest.skip("this CPU has no AVX-512")
+    auto = ComputePlan.resolve(CPU, "auto", "avx512", caps=cpu(ICELAKE))
+    assert (auto.activations, auto.weights, auto.linear) == (torch.float32, torch.bfloat16, "wide_bf16")
+    bf16 = ComputePlan.resolve(CPU, "bfloat16", "avx512", caps=cpu(ICELAKE))
+    assert (bf16.activations, bf16.linear) == (torch.bfloat16, "onednn_packed")
+
+
 @NEEDS_AVX2
 def test_no_bf16_onednn_prepack_below_avx512_whatever_the_dtype() -> None:
     bf16 = ComputePlan.resolve(CPU, "bfloat16", "avx2", caps=cpu(ZEN3))
@@ -78,7 +87,7 @@ def test_no_bf16_onednn_prepack_below_avx512_whatever_the_dtype() -> None:
 
 
 @pytest.mark.parametrize("level", [lv for lv in probe().levels if lv in BF16_LEVELS])
-def test_auto_from_avx512_is_bf16_on_onednn(level: str) -> None:
+def test_auto_with_bf16_hardware_is_bf16_on_onednn(level: str) -> None:
     plan = ComputePlan.resolve(CPU, "auto", level)
     assert (plan.activations, plan.weights) == (torch.bfloat16, torch.bfloat16)
     assert plan.linear == ("amx_tiles" if level == "amx" else "onednn_packed")

@@ -41,7 +41,7 @@ def test_each_level_in_fp32_equals_hf(level: str, chat_ids: Any, hf_greedy: Any)
 @pytest.fixture(scope="module")
 def bf16_weights_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default checkpoint with every weight rounded to bf16 (kept as fp32): what `dtype=auto`
-    computes below AVX-512 is exactly this model in fp32."""
+    computes without bf16 hardware (below avx512_bf16) is exactly this model in fp32."""
     from safetensors.torch import load_file, save_file
 
     out = tmp_path_factory.mktemp("bf16_weights")
@@ -69,7 +69,7 @@ def hf_greedy_bf16_weights(bf16_weights_dir: Path) -> Callable[[tuple[int, ...]]
 
 
 @pytest.mark.parametrize("level", [lv for lv in LEVELS if lv not in BF16_LEVELS])
-def test_auto_below_avx512_equals_hf_fp32_on_the_bf16_weights(
+def test_auto_without_bf16_hardware_equals_hf_fp32_on_the_bf16_weights(
         level: str, bf16_weights_dir: Path, chat_ids: Any, hf_greedy_bf16_weights: Any) -> None:
     """dtype=auto streams bf16 linear weights (wide_linear) into fp32 activations."""
     prompts = [chat_ids(p) for p in CHAT_PROMPTS]
@@ -81,7 +81,7 @@ def test_auto_below_avx512_equals_hf_fp32_on_the_bf16_weights(
 @pytest.mark.parametrize("level", LEVELS)
 def test_each_level_in_bf16_answers_as_hf_fp32_does(level: str, chat_ids: Any, hf_greedy: Any,
                                                      tokenizer: Any) -> None:
-    """bf16 activations at every level (oneDNN from avx512 on, torch's matmuls below). bf16 rounding
+    """bf16 activations at every level (oneDNN prepacked from avx512 on, torch's matmuls below). bf16 rounding
     changes later tokens of less certain answers (and differs between the kernels and torch's ops), so
     this asserts a confident answer only: the same tokens as fp32 HF."""
     prompt = chat_ids(CHAT_PROMPTS[0])

@@ -2,11 +2,14 @@
 each op of a step takes, decided once from the CPU probe, `cpu_isa`, `dtype` and `cpu_kernels`.
 
 `dtype=auto` on the CPU, from measurements on the machines we have run on:
-- avx512 and up: bfloat16 throughout. oneDNN's bf16 kernels work from AVX-512 (BW/VL/DQ) on and are
-  1.3-1.7x faster than fp32 with the weights prepacked (`torch_linear.PackedLinear`).
-- below (avx2, portable, neon): float32 activations with bfloat16 linear weights. bf16 GEMMs there
-  ran at 17-19 GFLOP/s against fp32's 53-101 (AMD Zen 3), and oneDNN's bf16 prepack refuses to run;
-  a bf16 weight widens to fp32 exactly, so `wide_linear` streams half the bytes of fp32 weights in
+- avx512_bf16 and amx (bf16 arithmetic in hardware): bfloat16 throughout, oneDNN's bf16 kernels on
+  prepacked weights (`torch_linear.PackedLinear`), 1.3-1.7x faster than fp32.
+- below (avx512, avx2, portable, neon): float32 activations with bfloat16 linear weights. bf16 GEMMs
+  there are emulated or slow: 17-19 GFLOP/s against fp32's 53-101 on an AMD Zen 3 (where oneDNN's
+  bf16 prepack refuses to run), and with oneDNN held to AVX512_CORE (what a Skylake-SP to Ice Lake
+  CPU gets) bf16 served 191 / 263 tok/s at concurrency 8 / 32 with TTFT p50 1238 / 3572 ms, against
+  210 / 287 tok/s and 1005 / 2840 ms for this path held to AVX2 (`bench/compare.py --cpu-isa`). A
+  bf16 weight widens to fp32 exactly, so `wide_linear` streams half the bytes of fp32 weights in
   decode and hands prefill to the fp32 GEMM. Without the native kernels: float32 throughout.
 Off the CPU (CUDA), `auto` is bfloat16.
 """
@@ -26,8 +29,10 @@ from tt_backend.devices.cpu_kernels import CpuKernels, KernelsUnavailable, load_
 logger = logging.getLogger(__name__)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
-BF16_LEVELS: tuple[IsaLevel, ...] = ("avx512", "avx512_bf16", "amx")
-"""Levels whose torch bf16 matmuls (oneDNN) run well; bf16 activations are the default there."""
+BF16_LEVELS: tuple[IsaLevel, ...] = ("avx512_bf16", "amx")
+"""Levels with bf16 arithmetic in hardware, where bf16 activations are the default."""
+PREPACK_LEVELS: tuple[IsaLevel, ...] = ("avx512", "avx512_bf16", "amx")
+"""Levels where oneDNN's bf16 prepacked matmuls run (an explicit dtype=bfloat16 takes them)."""
 
 LinearPath = Literal["onednn_packed", "amx_tiles", "wide_bf16", "torch"]
 
@@ -123,7 +128,7 @@ def _linear_path(level: IsaLevel, act: torch.dtype, weights: torch.dtype,
                  kernels: CpuKernels | None) -> LinearPath:
     if act == torch.float32 and weights == torch.bfloat16:
         return "wide_bf16"
-    if act == weights == torch.bfloat16 and level in BF16_LEVELS and torch.backends.mkldnn.is_available():
+    if act == weights == torch.bfloat16 and level in PREPACK_LEVELS and torch.backends.mkldnn.is_available():
         return "amx_tiles" if kernels is not None and kernels.tile_linear_supported() else "onednn_packed"
     return "torch"
 

@@ -29,13 +29,17 @@ constexpr int64_t kWidth = 8;  // lanes of one sum
 using tt_kernels::fold8;
 using tt_kernels::load8;
 
-// out[r][c] = x[r] . w[c] over the first k8 (a multiple of 8) inputs, for R rows and C columns.
+// out[r][c] = x[r] . w[c] over the first k8 (a multiple of 8) inputs, for R rows and C columns; asks
+// for the weight `ahead` elements further on (the next block's rows) one cache line at a time.
 template <int64_t R, int64_t C>
-inline void block_sums(const float* const* x, const uint16_t* const* w, int64_t k8, float (*out)[kCols]) {
+inline void block_sums(const float* const* x, const uint16_t* const* w, int64_t k8, float (*out)[kCols],
+                       int64_t ahead) {
   __m256 acc[R][C];
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   for (int64_t k = 0; k < k8; k += kWidth) {
+    if (ahead > 0 && (k & 31) == 0)
+      for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + k + ahead);
     __m256 wv[C];
     for (int64_t c = 0; c < C; ++c) wv[c] = load8(w[c] + k);
     for (int64_t r = 0; r < R; ++r) {
@@ -49,7 +53,8 @@ inline void block_sums(const float* const* x, const uint16_t* const* w, int64_t 
 #else
 // The same sums, 8 lanes in arrays that the compiler vectorises at the build's baseline.
 template <int64_t R, int64_t C>
-inline void block_sums(const float* const* x, const uint16_t* const* w, int64_t k8, float (*out)[kCols]) {
+inline void block_sums(const float* const* x, const uint16_t* const* w, int64_t k8, float (*out)[kCols],
+                       int64_t /*ahead*/) {
   float acc[R][C][kWidth] = {};
   for (int64_t k = 0; k < k8; k += kWidth) {
     float wv[C][kWidth];
@@ -78,7 +83,7 @@ inline void block(const float* x, const uint16_t* w, const float* bias, float* y
   for (int64_t c = 0; c < C; ++c) wc[c] = w + (n0 + c) * K;
   const int64_t k8 = K / kWidth * kWidth;
   float sums[kRows][kCols];
-  block_sums<R, C>(xr, wc, k8, sums);
+  block_sums<R, C>(xr, wc, k8, sums, r0 == 0 ? C * K : 0);  // the first rows of a block fetch the next
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) {
       float s = sums[r][c];
