@@ -217,12 +217,11 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(two_k));
 }
 
-inline float fold8(__m256 v) {  // lanes 0..7 in turn
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, v);
-  float s = 0.f;
-  for (int l = 0; l < 8; ++l) s += lanes[l];
-  return s;
+// The sum of 8 lanes in a fixed tree: (0+4, 1+5, 2+6, 3+7), then pairs, then the last two.
+inline float sum8(__m256 v) {
+  const __m128 quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+  return _mm_cvtss_f32(_mm_add_ss(pair, _mm_movehdup_ps(pair)));
 }
 
 }  // namespace tt_kernels
