@@ -65,16 +65,19 @@ def prompt_text(tokenizer: Any, n_tokens: int, seed: int) -> str:
 
 
 def read_bandwidth_gbs() -> float:
-    """This machine's read bandwidth: the best of several torch sums over 1 GiB (past every cache)."""
+    """This machine's read bandwidth: the best of several reads of 1 GiB (past every cache), as a sum
+    and as a matrix-vector product (MKL's streaming read)."""
     import torch
 
-    data = torch.ones(1 << 28)  # 1 GiB of fp32
+    matrix = torch.ones(1 << 18, 1 << 10)  # 1 GiB of fp32
+    vector = torch.ones(1 << 10)
     best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        data.sum()
-        best = min(best, time.perf_counter() - start)
-    return data.numel() * 4 / best / 1e9
+    for read in (matrix.sum, lambda: torch.mv(matrix, vector)):
+        for _ in range(5):
+            start = time.perf_counter()
+            read()
+            best = min(best, time.perf_counter() - start)
+    return matrix.numel() * 4 / best / 1e9
 
 
 def decode_bytes_per_token(level: str, context: int) -> tuple[float, str]:
