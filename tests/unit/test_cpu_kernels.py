@@ -288,12 +288,12 @@ def test_wide_linear_rows_do_not_depend_on_their_batch(kernels: CpuKernels) -> N
 
 
 def test_a_traced_wide_linear_streams_up_to_its_rows_and_widens_beyond(kernels: CpuKernels) -> None:
-    """Up to SMALL_ROWS rows, except where the level's stream loses to widening (portable: never)."""
+    """Up to SMALL_ROWS rows, fewer where the level's stream loses to widening sooner (portable)."""
     torch.manual_seed(0)
     layer = torch.nn.Linear(64, 96)
     wide = WideLinear(layer, kernels)
     assert wide.weight.dtype == torch.bfloat16
-    assert wide.small_rows == (0 if kernels.level in ("portable", "neon") else SMALL_ROWS)
+    assert wide.small_rows == (4 if kernels.level in ("portable", "neon") else SMALL_ROWS)
     traced = torch.jit.trace(wide, torch.randn(1, 64), check_trace=False)
     for rows in (1, SMALL_ROWS, SMALL_ROWS + 1, 300):
         x = torch.randn(rows, 64)

@@ -91,10 +91,13 @@ class PackedLinear(nn.Module):
         return out
 
 
-STREAM_ROWS = {"portable": 0, "neon": 0}
+STREAM_ROWS = {"portable": 4, "neon": 4}
 """Rows up to which `wide_linear` streams the bf16 weight, by level (SMALL_ROWS where not listed).
-The portable build's loop (SSE2, no FMA) was slower than widening the weight for torch's GEMM at
-every row count measured, one row included: 0.23 against 0.19 ms for a 3072 x 576 layer."""
+The portable build's loop (SSE2, no FMA) loses to widening the weight for torch's GEMM from a few
+rows on: 0.70 against 0.40 ms at 4 rows and 1.19 against 0.46 ms at 8 for a 3072 x 576 layer with
+torch held to SSE4.2; served at cpu_isa=portable, streaming every decode size gave 43.5 / 71.1 /
+74.4 tok/s at concurrency 1 / 8 / 32 and widening at every size 18.4 / 90.3 / 191.7 (widening
+allocates and fills an fp32 copy per call, 113 MB for the LM head)."""
 
 
 class WideLinear(nn.Module):
