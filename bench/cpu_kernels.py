@@ -1,7 +1,9 @@
 """The native CPU kernels of each instruction-set level against the torch path, side by side.
 
 Part 1: each op of a step at SmolLM2-135M's sizes, per level (`cpu_isa`) and for the torch op it
-replaces: median ms. Decode attention: one layer (9 query heads, 3 kv heads, head size 64) over
+replaces: median ms. In-process torch's own kernels are not capped (they would be only in a process
+started with the caps, as `scripts/serve.sh` starts the server), so the torch column of a low level
+runs at the machine's best ISA. Decode attention: one layer (9 query heads, 3 kv heads, head size 64) over
 rows on random blocks of a 4096-block cache, against gather + SDPA. Linear layers: every linear
 of one step (30 layers of qkv, o, gate_up, down, and the 49152-row LM head) at 1 and 32 rows, on
 the path the level's `dtype=auto` takes (oneDNN prepacked bf16 at avx512 and up, `wide_linear`
@@ -30,7 +32,7 @@ from tt_backend.devices.cpu_isa import probe
 from tt_backend.devices.torch_linear import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
-from tt_backend.models.llama import RMSNorm, gather_kv
+from tt_backend.models.llama import RMSNorm, _rotate_half, gather_kv, write_kv
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.plan import PlannedRow, StepPlan
 
@@ -81,6 +83,23 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
     else:
         gate, up = gu.chunk(2, dim=-1)
         out["silu_and_mul 784 x 3072"] = median_ms(lambda: F.silu(gate) * up, repeats)
+    n = 784
+    qkv = torch.randn(n, (HEADS + 2 * KV_HEADS) * HEAD_DIM, generator=g).to(dtype)
+    angles = torch.randn(n, HEAD_DIM // 2, generator=g)
+    both = torch.cat((angles, angles), -1)
+    cos, sin = both.cos().to(dtype), both.sin().to(dtype)
+    slots = torch.randperm(CACHE_BLOCKS * BLOCK, generator=g)[:n]
+    if k is not None:
+        out["rope_and_cache 784 tokens"] = median_ms(
+            lambda: k.rope_and_cache(qkv, cos, sin, kv, slots, HEADS, KV_HEADS), repeats)
+    else:
+        def rope_write() -> None:
+            q, kk, v = qkv.split((HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM), dim=-1)
+            q, kk = q.reshape(n, HEADS, HEAD_DIM), kk.reshape(n, KV_HEADS, HEAD_DIM)
+            q * cos[:, None] + _rotate_half(q) * sin[:, None]
+            rotated = kk * cos[:, None] + _rotate_half(kk) * sin[:, None]
+            write_kv(kv, slots[None], rotated[None], v.reshape(n, KV_HEADS, HEAD_DIM)[None])
+        out["rope_and_cache 784 tokens"] = median_ms(rope_write, repeats)
     # Every layer's own weights, as in the model: a step streams them all from memory (one layer's,
     # reused 30 times, would stay in the cache and time the cache instead).
     layers = [torch.nn.Linear(i, o, bias=False) for _ in range(LAYERS) for i, o in STEP_LINEARS]
