@@ -13,9 +13,9 @@ took 10.2 against 14.7 ms at 1 row and 12.6 against 17.1 ms at 32 rows. The choi
 call inside one op (`tt_backend::linear`), so one traced graph serves every batch size. The price
 is a second copy of the linear weights in memory.
 
-Below AVX-512 (`dtype=auto` there: fp32 activations), `WideLinear` keeps each weight in bf16 and
-runs `wide_linear`: decode-size calls stream the bf16 weight, larger ones widen it for torch's fp32
-GEMM.
+Without bf16 arithmetic (below avx512_bf16, where `dtype=auto` means fp32 activations),
+`WideLinear` keeps each weight in bf16 and runs `wide_linear`: decode-size calls stream the bf16
+weight, larger ones widen it for torch's fp32 GEMM.
 """
 
 from __future__ import annotations
