@@ -2,10 +2,8 @@
 library per instruction-set level (`cpu_isa.py`).
 
 - `paged_decode_attention` (csrc/paged_decode_attention.cpp): attention of one query token per row
-  straight over the paged KV cache; decode steps call it with a row per sequence, prefill steps
-  with a row per token (each bounded by its own position: causal, no mask). The torch path gathers
-  each row's blocks into a contiguous copy and runs SDPA on it (`bench/cpu_kernels.py` compares
-  the two).
+  straight over the paged KV cache. The torch path gathers each row's blocks into a contiguous
+  copy and runs SDPA on it (`bench/cpu_kernels.py` compares the two).
 - csrc/elementwise.cpp: `rms_norm`, `add_rms_norm` (the residual add fused into the next norm),
   `silu_and_mul` and `rope_and_cache` (RoPE of q and k with k and v stored in the cache). Each
   replaces several torch ops and rounds where they round.

@@ -13,7 +13,7 @@ matmul each when the checkpoint is loaded.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -142,15 +142,16 @@ class Attention(nn.Module):
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("q_proj", "k_proj", "v_proj"), "qkv_proj"))
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
-                batch: ForwardBatch, visible: Visibility) -> torch.Tensor:
-        """x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]."""
+                batch: ForwardBatch, mask: torch.Tensor | None) -> torch.Tensor:
+        """x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]. Without a mask,
+        a decode step (T = 1) attends through the native paged kernel."""
         B, T, _ = x.shape
         qkv = self.qkv_proj(x)
         if self.kernels is not None and self.q_norm is None:
             cos, sin = (t.reshape(B * T, self.head_dim) for t in rope)
             q = self.kernels.rope_and_cache(qkv.view(B * T, -1), cos, sin, kv, batch.slot_mapping.reshape(-1),
                                            self.num_heads, self.num_kv_heads)  # [B * T, H, D]
-            return self.o_proj(self._attend(q.view(B, T, self.num_heads, self.head_dim), kv, batch, visible))
+            return self.o_proj(self._attend(q.view(B, T, self.num_heads, self.head_dim), kv, batch, mask))
         q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
         q = q.reshape(B, T, self.num_heads, self.head_dim)
         k = k.reshape(B, T, self.num_kv_heads, self.head_dim)
@@ -162,21 +163,19 @@ class Attention(nn.Module):
         q = q * cos + _rotate_half(q) * sin  # [B, H, T, D]
         k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
         write_kv(kv, batch.slot_mapping, k, v)
-        return self.o_proj(self._attend(q.transpose(1, 2), kv, batch, visible))
+        return self.o_proj(self._attend(q.transpose(1, 2), kv, batch, mask))
 
     def _attend(self, q: torch.Tensor, kv: torch.Tensor, batch: ForwardBatch,
-                visible: Visibility) -> torch.Tensor:
+                mask: torch.Tensor | None) -> torch.Tensor:
         """q: [B, T, H, D], rotated, its K/V already in the cache; returns [B, T, H * D]."""
         B, T = q.shape[:2]
-        if isinstance(visible, PagedRows):  # every query token a row of the paged kernel
-            assert self.kernels is not None, "paged rows are read by the native kernel"
-            rows = q.reshape(B * T, self.num_heads, self.head_dim)
-            out = self.kernels.paged_decode_attention(rows, kv, visible.tables, visible.lens,
-                                                      batch.positions.reshape(-1), self.window, self.scale)
+        if mask is None:
+            assert self.kernels is not None, "a decode step without a mask runs the native kernel"
+            out = self.kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
+                                                     batch.positions[:, 0], self.window, self.scale)
             return out.reshape(B, T, -1)
         keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=visible,
-                                             enable_gqa=True)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)
         return out.transpose(1, 2).reshape(B, T, -1)
 
 
@@ -209,29 +208,6 @@ def gather_kv(kv: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tenso
     blocks = flat.index_select(1, block_tables.clamp(min=0).reshape(-1))  # 1.3x faster than kv[:, tables]
     blocks = blocks.view(2, B, nb * kv.shape[2], kv.shape[3], kv.shape[4]).transpose(2, 3)
     return blocks[0], blocks[1]
-
-
-class PagedRows(NamedTuple):
-    """What the native paged kernel reads for each query token: its row's block table [B * T, W] and
-    context length [B * T]. Each token's own position bounds its keys (causal), so no mask is built
-    and no block gathered; the keys past a token's position are not visited."""
-
-    tables: torch.Tensor
-    lens: torch.Tensor
-
-
-Visibility = torch.Tensor | PagedRows
-"""Which keys a query sees: the additive mask [B, 1, T, S] for SDPA over the gathered blocks, or
-the rows of the native paged kernel (decode and prefill alike)."""
-
-
-def paged_rows(batch: ForwardBatch) -> PagedRows:
-    if batch.decode:  # one token a row already (decode and prefill are traced apart)
-        return PagedRows(batch.block_tables, batch.context_lens)
-    B, T = batch.positions.shape
-    W = batch.block_tables.shape[1]
-    return PagedRows(batch.block_tables[:, None].expand(B, T, W).reshape(B * T, W),
-                     batch.context_lens[:, None].expand(B, T).reshape(B * T))
 
 
 def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | None = None) -> torch.Tensor:
@@ -271,14 +247,14 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None, rope: tuple[torch.Tensor, torch.Tensor],
                 kv: torch.Tensor, batch: ForwardBatch,
-                visible: Visibility) -> tuple[torch.Tensor, torch.Tensor]:
+                mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(this layer's MLP output, the residual stream before it); the stream is x + residual,
         added by the next layer's norm (x alone for the first layer)."""
         if residual is None:
             residual, h = x, self.input_layernorm(x)
         else:
             h, residual = self.input_layernorm.add(x, residual)
-        h = self.self_attn(h, rope, kv, batch, visible)
+        h = self.self_attn(h, rope, kv, batch, mask)
         h, residual = self.post_attention_layernorm.add(h, residual)
         return self.mlp(h), residual
 
@@ -330,11 +306,11 @@ class LlamaForCausalLM(nn.Module):
         """
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
-        visible = paged_rows(batch) if self.kernels is not None else \
-            self._additive_mask(batch, kv_cache.shape[3], x.dtype)
+        native = self.kernels is not None and batch.decode
+        mask = None if native else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.model.layers):
-            x, residual = layer(x, residual, rope, kv_cache[i], batch, visible)
+            x, residual = layer(x, residual, rope, kv_cache[i], batch, mask)
         rows = (torch.arange(x.shape[0], device=x.device), batch.logits_indices)
         last = x[rows] if residual is None else x[rows] + residual[rows]  # [B, hidden]
         return self.lm_head(self.model.norm(last)).float()
