@@ -84,8 +84,8 @@ class ComputePlan:
         """Each op of a step and the implementation it takes (what the startup log lists)."""
         if self.device.type != "cpu":
             return {"all ops": f"torch on {self.device.type}"}
-        ns = f"tt_backend_{self.level}::" if self.kernels is not None else ""
-        native = f"native {ns}" if self.kernels is not None else "torch "
+        ns = f"tt_backend_{self.level}::"
+        native = f"native {ns}"
         linear = {
             "onednn_packed": "oneDNN prepacked bf16 (mkldnn::_linear_pointwise)",
             "amx_tiles": f"{ns}linear: AMX tiles up to 64 rows, oneDNN prepacked beyond",

@@ -16,7 +16,7 @@ import ctypes
 import functools
 import logging
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 logger = logging.getLogger(__name__)
@@ -168,8 +168,8 @@ def probe() -> CpuCapabilities:
             text = f.read()
     except OSError:
         text = ""
-    machine = platform.machine()
-    has_amx_flags = {"amx_tile", "amx_bf16"} <= set(text.split())
-    caps = parse_cpuinfo(text, machine, amx_permitted=has_amx_flags and _request_amx_permission())
+    caps = parse_cpuinfo(text, platform.machine())
+    if caps.arch == "x86_64" and set(REQUIRED["amx"]) <= caps.flags:  # ask only where tiles exist
+        caps = replace(caps, amx_permitted=_request_amx_permission())
     logger.info("cpu: %s", caps.describe())
     return caps
