@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from decode import step_times
 
 from tt_backend.config import EngineConfig
+from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.compute_plan import DTYPES, ComputePlan
 from tt_backend.devices.cpu_isa import probe
 from tt_backend.devices.torch_linear import convert_linears
@@ -34,7 +35,6 @@ from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.llama import RMSNorm, _rotate_half, gather_kv, write_kv
 from tt_backend.models.loader import LoadedModel, load_model
-from tt_backend.runtime.plan import PlannedRow, StepPlan
 
 BLOCK, HEADS, KV_HEADS, HEAD_DIM, CACHE_BLOCKS = 16, 9, 3, 64, 4096
 HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 576, 1536, 30, 49152

@@ -25,15 +25,16 @@ from typing import Any
 
 import torch
 
-from tt_backend.config import EngineConfig, TraceModeName
+from tt_backend.config import EngineConfig
+from tt_backend.contract.modes import StepVariant, TraceMode
+from tt_backend.contract.sampling import SamplingPlan
+from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.devices.torch_linear import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.llama import LlamaForCausalLM
 from tt_backend.models.loader import LoadedModel, load_model, select_kernels
-from tt_backend.runtime.executor import StepSampling
-from tt_backend.runtime.plan import PlannedRow, StepPlan
-from tt_backend.sampling.device_sampler import SamplingTensors
+from tt_backend.sampling.device_sampler import sampling_tensors
 
 SMOLLM2_135M = {  # config.json of SmolLM2-135M-Instruct, for --random-weights
     "architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
@@ -53,7 +54,7 @@ def random_model(plan: ComputePlan) -> LoadedModel:
     return LoadedModel(module, module.spec, "LlamaForCausalLM", LlamaForCausalLM.capabilities)
 
 
-def step_times(model: LoadedModel, trace_mode: TraceModeName, batch: int, context: int, steps: int,
+def step_times(model: LoadedModel, trace_mode: TraceMode | str, batch: int, context: int, steps: int,
                plan: ComputePlan) -> tuple[float, torch.Tensor]:
     blocks_per_row = -(-(context + steps) // 16)
     config = EngineConfig(max_model_len=2048, max_num_seqs=max(batch, 1),
@@ -66,7 +67,7 @@ def step_times(model: LoadedModel, trace_mode: TraceModeName, batch: int, contex
                             tuple(range(i * blocks_per_row, (i + 1) * blocks_per_row)), True)
                  for i in range(batch))
     plan = StepPlan("decode", rows)
-    greedy = StepSampling("greedy", SamplingTensors.build([None] * batch, [], []))  # argmax in the step
+    greedy = SamplingPlan(StepVariant.GREEDY, sampling_tensors([None] * batch, [], []))  # argmax in the step
     for _ in range(3):
         runner.run_and_sample(plan, greedy)
     times = []

@@ -72,7 +72,7 @@ def run(model: str, device: str, dtype: str, trace_mode: str, async_scheduling: 
     n = sum(len(v) for v in outputs.values())
     return outputs, {"build_s": built, "tok_s": n / elapsed, "tokens": n,
                      "traced_steps": engine.runner.traced_steps, "eager_steps": engine.runner.eager_steps,
-                     "drains": engine.decode_drains}
+                     "drains": engine.pipeline.decode_drains}
 
 
 def main() -> None:

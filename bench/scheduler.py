@@ -13,9 +13,11 @@ import random
 import time
 from collections import Counter
 
+from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.scheduler.phase_scheduler import PhaseScheduler, SchedulerConfig
-from tt_backend.scheduler.request import Request, RequestStatus
+from tt_backend.scheduler.phase_scheduler import PhaseScheduler
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 RUNNING, WAITING, STEPS = 256, 1000, 400
 

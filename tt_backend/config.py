@@ -8,15 +8,16 @@ the model is known, through `resolve_for_model`.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tt_backend.contract.modes import Named, SampleOnDeviceMode, TraceMode
+
 Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda"]
-TraceModeName = Literal["auto", "none", "decode_only", "all"]
-SampleOnDeviceName = Literal["all", "decode_only", "none"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
 
@@ -66,13 +67,13 @@ class EngineConfig:
     """Requests beyond max_num_seqs wait; past this many waiting, new requests are refused."""
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
-    trace_mode: TraceModeName = "auto"
+    trace_mode: TraceMode = TraceMode.AUTO
     """Captured, replayed steps: none (all eager), decode_only, all (prefill shapes too), or auto:
     all on the CPU (one TorchScript graph serves every shape of a step), decode_only elsewhere (a
     CUDA graph or ttnn trace per shape)."""
     async_scheduling: bool = False
     """Overlap host work with the device: schedule decode step N+1 before step N's tokens are read."""
-    sample_on_device_mode: SampleOnDeviceName = "all"
+    sample_on_device_mode: SampleOnDeviceMode = SampleOnDeviceMode.ALL
     """Operations whose step chooses tokens itself when the batch allows (all, decode_only, none);
     a batch that needs logits on the host (logprobs, penalties, masks...) takes the host path."""
     always_compat_sampling: bool = False
@@ -98,9 +99,11 @@ class EngineConfig:
                                  f"{_REJECTED_OPTIONS[name]}")
         _check_choice("dtype", self.dtype, typing.get_args(Dtype))
         _check_choice("device", self.device, typing.get_args(DeviceName))
-        _check_choice("trace_mode", self.trace_mode, typing.get_args(TraceModeName))
-        _check_choice("sample_on_device_mode", self.sample_on_device_mode,
-                      typing.get_args(SampleOnDeviceName))
+        hints = typing.get_type_hints(type(self))
+        for field in dataclasses.fields(self):  # a plain string names its member
+            kind = hints[field.name]
+            if isinstance(kind, type) and issubclass(kind, Named):
+                object.__setattr__(self, field.name, kind.parse(field.name, getattr(self, field.name)))
         _check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
         _check_choice("cpu_isa", self.cpu_isa, typing.get_args(CpuIsaName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
@@ -199,6 +202,8 @@ def _parse_value(name: str, raw: str, hint: Any) -> Any:
         if text.lower() in ("", "none", "null"):
             return None
         (hint,) = [a for a in args if a is not type(None)]
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return hint.parse(name, text) if issubclass(hint, Named) else hint(text)
     if typing.get_origin(hint) is Literal:
         _check_choice(name, text, typing.get_args(hint))
         return text

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import torch
 
+from tt_backend.contract.step import PlannedRow
 from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
-from tt_backend.runtime.plan import PlannedRow
 
 BLOCK = 4
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -36,7 +36,7 @@ def test_batch_finishing_by_length_matches_sync(chat_ids: Any) -> None:
     assert [len(t) for t, _ in tokens(sync)] == [10, 16, 22, 28]
     # Steady decode ran ahead (each step fed the previous one's tokens back); each length finish
     # was seen coming and drained the pipeline first: 4 finishes, one drain each.
-    assert engine.runner.traced_steps > 20 and engine.decode_drains == 4
+    assert engine.runner.traced_steps > 20 and engine.pipeline.decode_drains == 4
 
 
 def test_two_lanes_run_ahead_together_and_match_sync(chat_ids: Any) -> None:
@@ -45,7 +45,7 @@ def test_two_lanes_run_ahead_together_and_match_sync(chat_ids: Any) -> None:
     sync, _ = run(False, requests, lanes=2)
     overlapped, engine = run(True, requests, lanes=2)
     assert tokens(overlapped) == tokens(sync)
-    assert engine.decode_drains == len(requests)  # each foreseen length finish drained once
+    assert engine.pipeline.decode_drains == len(requests)  # each foreseen length finish drained once
 
 
 def test_eos_finish_and_min_tokens_match_sync(chat_ids: Any, tokenizer: Any) -> None:

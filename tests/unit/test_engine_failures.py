@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from tt_backend.config import EngineConfig
+from tt_backend.contract.step import StepPlan
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
-from tt_backend.runtime.plan import StepPlan
 from tt_backend.sampling.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)

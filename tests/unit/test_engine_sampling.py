@@ -75,12 +75,12 @@ def batch_of_eight(chat_ids: Any) -> list[tuple[list[int], SamplingParams]]:
 def test_seeded_request_gets_the_same_tokens_alone_and_in_a_batch_of_eight(
         path: str, chat_ids: Any, request: pytest.FixtureRequest) -> None:
     served: Served = request.getfixturevalue(path)
-    before = served.engine.host_sampling_steps
+    before = served.engine.pipeline.host_sampling_steps
     alone = token_ids(served.generate([(chat_ids(CHAT_PROMPTS[0]), SEEDED)])[0])
     batched = served.generate(batch_of_eight(chat_ids))
     assert len(batched) == 8 and token_ids(batched[3]) == alone
     assert len(alone) == 24
-    took_host = served.engine.host_sampling_steps - before
+    took_host = served.engine.pipeline.host_sampling_steps - before
     assert (took_host > 0) == (path == "host_path")
 
 
@@ -95,11 +95,11 @@ def test_a_logprobs_request_sends_its_batch_to_the_host_and_leaves_others_unchan
     plain = [(chat_ids(p), SamplingParams(max_tokens=12, temperature=0.8, seed=9 + i, ignore_eos=True))
              for i, p in enumerate(CHAT_PROMPTS[:3])]
     alone = [token_ids(o) for o in device_path.generate(plain)]
-    before = device_path.engine.host_sampling_steps
+    before = device_path.engine.pipeline.host_sampling_steps
     wants = (chat_ids(CHAT_PROMPTS[3]), SamplingParams(max_tokens=12, temperature=0.0, logprobs=2))
     mixed = device_path.generate(plain + [wants])
     assert [token_ids(o) for o in mixed[:3]] == alone
-    assert device_path.engine.host_sampling_steps - before >= 12  # every step with that row in it
+    assert device_path.engine.pipeline.host_sampling_steps - before >= 12  # every step with that row in it
     assert all(o.logprobs is None for outs in mixed[:3] for o in outs)
     positions = [p for o in mixed[3] for p in (o.logprobs or ())]
     assert len(positions) == len(token_ids(mixed[3])) == 12
@@ -170,7 +170,7 @@ def test_sample_on_device_mode_names_the_operations_that_sample_inside_the_step(
         outs = served.generate([(chat_ids(CHAT_PROMPTS[0]), SamplingParams(max_tokens=6, temperature=0.0,
                                                                            ignore_eos=True))])
         assert len(token_ids(outs[0])) == 6
-        assert served.engine.host_sampling_steps == host_steps
+        assert served.engine.pipeline.host_sampling_steps == host_steps
     finally:
         served.engine.shutdown()
 

@@ -5,12 +5,12 @@ from typing import Any
 
 import torch
 
+from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig
 from tt_backend.runtime.executor import EagerExecutor, model_steps
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
-from tt_backend.runtime.plan import PlannedRow, StepPlan
 from tt_backend.runtime.prefill_plan import PrefillPlanConfig, PrefillWave, plan_prefill
 from tt_backend.runtime.program_compiler import ProgramCompiler
 

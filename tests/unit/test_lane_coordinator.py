@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.scheduler.lane_coordinator import LaneCoordinator, MergedStep
-from tt_backend.scheduler.phase_scheduler import SchedulerConfig
-from tt_backend.scheduler.request import Request, RequestStatus
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import ScheduledStep, SchedulerConfig
 
 BLOCK = 4
 
@@ -21,7 +22,7 @@ def req(rid: str, n: int, max_tokens: int = 32) -> Request:
     return Request(rid, tuple(range(100, 100 + n)), SamplingParams(max_tokens=max_tokens))
 
 
-def advance(c: LaneCoordinator, step: MergedStep, token: int = 7) -> None:
+def advance(c: LaneCoordinator, step: ScheduledStep, token: int = 7) -> None:
     c.update(step, [token] * sum(row.sample for row in step.plan.rows))
 
 
@@ -92,7 +93,7 @@ def test_merge_offsets_blocks_by_lane_and_split_returns_tokens_by_lane() -> None
     assert (a.block_ids, cc.block_ids, b.block_ids) == ((0, 1), (2,), (16,))  # lane 1's block 0 is 16
     c.update(step, [11, 12, 13])
     assert [c.requests[rid].output_token_ids for rid in "acb"] == [[11], [12], [13]]
-    assert c.lanes[1].requests["b"].block_ids == [0]  # lane-local ids inside the lane
+    assert c.lanes[1].kv.block_ids("b") == (0,)  # lane-local ids inside the lane
     step = c.schedule()
     assert step.plan.mode == "decode" and [r.block_ids for r in step.plan.rows] == [(0, 1), (2,), (16,)]
     assert [p.step.request_ids for p in step.lanes] == [("a", "c"), ("b",)]

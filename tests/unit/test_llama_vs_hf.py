@@ -5,10 +5,10 @@ from typing import Any
 
 import torch
 
+from tt_backend.contract.step import PlannedRow
 from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
-from tt_backend.runtime.plan import PlannedRow
 
 BLOCK = 16
 

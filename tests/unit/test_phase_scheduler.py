@@ -1,6 +1,8 @@
+from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.scheduler.phase_scheduler import PhaseScheduler, SchedulerConfig
-from tt_backend.scheduler.request import Request, RequestStatus
+from tt_backend.scheduler.phase_scheduler import PhaseScheduler
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 
 def make(num_blocks: int = 16, budget: int = 64, max_seqs: int = 4, block_size: int = 4,
@@ -89,7 +91,7 @@ def test_decode_preempts_newest_and_resume_recomputes() -> None:
     assert step.preempted == ("new",)
     assert step.plan.rows[0].block_ids == (0, 2)
     new = s.requests["new"]
-    assert (new.status, new.block_ids, new.num_computed_tokens) == (RequestStatus.PREEMPTED, [], 0)
+    assert (new.status, s.kv.block_ids("new"), new.num_computed_tokens) == (RequestStatus.PREEMPTED, (), 0)
     s.update(step, [3])
     s.finish("old", RequestStatus.FINISHED_STOPPED)
     step = s.schedule()

@@ -1,6 +1,6 @@
 import pytest
 
-from tt_backend.runtime.plan import PlannedRow, StepPlan
+from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.runtime.prefill_plan import (
     DENSE_BATCHES,
     PrefillPlanConfig,

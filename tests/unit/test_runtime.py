@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tt_backend.config import EngineConfig, TraceModeName
+from tt_backend.config import EngineConfig
+from tt_backend.contract.modes import TraceMode
+from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.config import StepShape
-from tt_backend.runtime.plan import PlannedRow, StepPlan
 from tt_backend.runtime.program_compiler import CompileGateClosedError
 from tt_backend.runtime.resources import CleanupError
 from tt_backend.runtime.runner import ModelRunner
@@ -27,7 +28,7 @@ def model(model_dir: Path) -> LoadedModel:
     return load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
 
 
-def runner(model: LoadedModel, trace_mode: TraceModeName) -> ModelRunner:
+def runner(model: LoadedModel, trace_mode: TraceMode | str) -> ModelRunner:
     config = EngineConfig(dtype="float32", max_model_len=256, max_num_seqs=4, max_num_batched_tokens=256,
                           num_kv_blocks=32, trace_mode=trace_mode)
     config = config.resolve_for_model(8192, 1)

@@ -10,8 +10,8 @@ import torch
 
 from tt_backend.sampling.device_sampler import (
     CANDIDATES,
-    SamplingTensors,
     _threshold,
+    sampling_tensors,
     select_tokens,
     uniform,
     variant_for,
@@ -47,7 +47,7 @@ def reference_probs(p: SamplingParams) -> list[float]:
 
 def draw(p: SamplingParams, n: int = DRAWS, counter: int = 0) -> torch.Tensor:
     """n rows of the same logits with seeds 0..n-1."""
-    tensors = SamplingTensors.build([p] * n, list(range(n)), [counter] * n)
+    tensors = sampling_tensors([p] * n, list(range(n)), [counter] * n)
     return select_tokens(LOGITS.repeat(n, 1), tensors, variant_for([p]))
 
 
@@ -78,7 +78,7 @@ def test_the_hash_is_uniform_over_counters() -> None:
 def test_greedy_rows_take_the_argmax_in_every_variant() -> None:
     logits = torch.randn(4, 100, generator=torch.Generator().manual_seed(0))
     logits[1, [30, 60]] = 9.0  # a tie: the first index wins, as argmax's
-    tensors = SamplingTensors.build([SamplingParams(temperature=0.0)] * 4, [1, 2, 3, 4], [0] * 4)
+    tensors = sampling_tensors([SamplingParams(temperature=0.0)] * 4, [1, 2, 3, 4], [0] * 4)
     for variant in ("greedy", "sample", "sample_filtered"):
         tokens = select_tokens(logits, tensors, variant)  # type: ignore[arg-type]
         assert torch.equal(tokens, logits.argmax(-1)) and tokens[1] == 30
@@ -92,8 +92,8 @@ def test_a_seeded_row_does_not_depend_on_the_batch_or_the_variant() -> None:
               SamplingParams(top_p=0.7), SamplingParams(min_p=0.1), SamplingParams(temperature=2.0),
               SamplingParams(top_k=5, top_p=0.5), SamplingParams()]
     for counter in range(20):
-        alone = select_tokens(logits[3:4], SamplingTensors.build([mine], [42], [counter]), "sample")
-        batch = SamplingTensors.build(others[:3] + [mine] + others[3:], [7, 8, 9, 42, 10, 11, 12, 13],
+        alone = select_tokens(logits[3:4], sampling_tensors([mine], [42], [counter]), "sample")
+        batch = sampling_tensors(others[:3] + [mine] + others[3:], [7, 8, 9, 42, 10, 11, 12, 13],
                                       [counter] * 8)
         assert select_tokens(logits, batch, "sample_filtered")[3] == alone[0]
 
@@ -140,14 +140,14 @@ def test_custom_processor_runs_by_name() -> None:
     p = SamplingParams(temperature=0.8, logits_processors=("test_only_token_5",))
     logits = torch.randn(3, 10, generator=torch.Generator().manual_seed(3))
     rows = [HostRow(p, (), ()) for _ in range(3)]
-    sample = host_sample(logits, rows, SamplingTensors.build([p] * 3, [1, 2, 3], [0] * 3))
+    sample = host_sample(logits, rows, sampling_tensors([p] * 3, [1, 2, 3], [0] * 3))
     assert sample.tokens.tolist() == [5, 5, 5]
 
 
 def test_logprobs_are_raw_log_softmax_with_ranks() -> None:
     logits = torch.tensor([[1.0, 3.0, 2.0, 0.0]])
     p = SamplingParams(temperature=0.0, logprobs=2, logit_bias=((0, 10.0),))
-    sample = host_sample(logits, [HostRow(p, (), ())], SamplingTensors.build([p], [0], [0]))
+    sample = host_sample(logits, [HostRow(p, (), ())], sampling_tensors([p], [0], [0]))
     raw = torch.log_softmax(logits[0], -1)
     lp = sample.logprobs[0]
     assert lp is not None and sample.tokens.tolist() == [0]  # the bias made token 0 the argmax
@@ -160,7 +160,7 @@ def test_host_and_device_paths_choose_the_same_tokens() -> None:
     logits = torch.randn(16, 500, generator=torch.Generator().manual_seed(5))
     params = [SamplingParams(temperature=0.7 + 0.1 * (i % 4), top_k=(0, 10)[i % 2], seed=i)
               for i in range(16)]
-    tensors = SamplingTensors.build(params, list(range(16)), list(range(16)))
+    tensors = sampling_tensors(params, list(range(16)), list(range(16)))
     device = select_tokens(logits, tensors, variant_for(params))
     host = host_sample(logits, [HostRow(p, (), ()) for p in params], tensors)
     assert torch.equal(device, host.tokens)
@@ -178,14 +178,14 @@ def test_candidate_thresholds_give_the_full_sorts_tokens(peaked: bool) -> None:
                                  (1000, 0.9, 1.0, 0.0), (0, 0.3, 2.0, 0.0), (256, 1.0, 1.0, 0.0),
                                  (0, 1.0, 1.0, 0.0), (5, 0.99, 1.5, 0.0), (0, 0.6, 0.9, 0.01)]]
     for counter in range(5):
-        tensors = SamplingTensors.build(params, list(range(12)), [counter] * 12)
+        tensors = sampling_tensors(params, list(range(12)), [counter] * 12)
         branching = select_tokens(logits, tensors, "sample_filtered", may_branch=True)
         assert torch.equal(branching, select_tokens(logits, tensors, "sample_filtered"))
-        single = [select_tokens(logits[i:i + 1], SamplingTensors.build([p], [i], [counter]),
+        single = [select_tokens(logits[i:i + 1], sampling_tensors([p], [i], [counter]),
                                 "sample_filtered", may_branch=True)[0] for i, p in enumerate(params)]
         assert torch.equal(branching, torch.stack(single))  # alone, most rows skip the full sort
     probs = torch.softmax(logits, -1)
-    tensors = SamplingTensors.build(params, list(range(12)), [0] * 12)
+    tensors = sampling_tensors(params, list(range(12)), [0] * 12)
     _, exact = _threshold(torch.topk(probs, CANDIDATES).values, probs.sum(-1), tensors.top_k, tensors.top_p)
     # Rows 2 and 6 ask for top_k > 256. Over flat logits the 256 most likely of 5000 tokens hold
     # too little mass for any top_p without a small top_k: rows 0, 3, 5, 7 and 11 need the sort.

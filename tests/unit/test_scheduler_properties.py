@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.scheduler.phase_scheduler import PhaseScheduler, SchedulerConfig
-from tt_backend.scheduler.request import Request, RequestStatus
+from tt_backend.scheduler.phase_scheduler import PhaseScheduler
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 BLOCK = 4
 MAX_LEN = 48
@@ -157,9 +159,9 @@ def _tick(counter: list[int]) -> int:
 
 
 def check_blocks(s: PhaseScheduler) -> None:
-    held = Counter(b for r in s.requests.values() for b in r.block_ids)
+    held = Counter(b for r in s.requests.values() for b in s.kv.block_ids(r.request_id))
     assert all(s.pool.ref_count(b) == n for b, n in held.items())
     assert len(held) + s.pool.num_free == s.pool.num_blocks
     for r in s.requests.values():
         if r.status is not RequestStatus.RUNNING:
-            assert r.block_ids == [], f"{r.request_id} holds blocks while {r.status}"
+            assert s.kv.block_ids(r.request_id) == (), f"{r.request_id} holds blocks while {r.status}"

@@ -28,6 +28,7 @@ from tt_backend.runtime.config import (
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig
 from tt_backend.runtime.prefill_plan import DENSE_BATCHES, PHYSICAL_BATCHES, PrefillPlanConfig
 from tt_backend.runtime.runner import ModelRunner
+from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +108,23 @@ def build_engine(config: EngineConfig) -> LLMEngine:
                 " (always_compat_sampling)" if config.always_compat_sampling else "")
     runner.allocate()
     runner.warmup()
-    return LLMEngine(config, runner, tokenizer, cfg.vocab_size,
+    return LLMEngine(config, scheduler_config(config), runner, tokenizer, cfg.vocab_size,
                      eos_token_ids(model_dir, tokenizer.eos_token_id))
+
+
+def scheduler_config(config: EngineConfig) -> SchedulerConfig:
+    """The scheduler's part of a config resolved for the model (per lane)."""
+    assert config.num_kv_blocks is not None and config.max_model_len is not None
+    return SchedulerConfig(
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=config.max_model_len,
+        block_size=config.block_size,
+        num_blocks=config.num_kv_blocks,
+        enable_chunked_prefill=bool(config.enable_chunked_prefill),
+        enable_prefix_caching=bool(config.enable_prefix_caching),
+        decode_steps_between_prefills=config.decode_steps_between_prefills,
+    )
 
 
 def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapabilities,

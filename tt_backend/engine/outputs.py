@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-FinishReason = Literal["stop", "length", "abort", "error"]
-FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort", "error")
+from tt_backend.contract.modes import FinishReason
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tt_backend.engine.outputs import FinishReason
-from tt_backend.runtime.plan import StepMode
+from tt_backend.contract.modes import FinishReason, StepMode
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-import torch
-
+from tt_backend.contract.modes import StepMode, StepVariant
+from tt_backend.contract.sampling import SamplingPlan
 from tt_backend.runtime.config import SamplingConfig
-from tt_backend.runtime.executor import StepSampling
-from tt_backend.runtime.plan import StepMode
-from tt_backend.sampling.device_sampler import SamplingTensors, variant_for
-from tt_backend.sampling.host_sampler import HostRow, HostSample, host_sample
+from tt_backend.sampling.device_sampler import sampling_tensors, variant_for
+from tt_backend.sampling.host_sampler import HostBatch, HostRow
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.scheduler.request import Request
 
@@ -49,15 +46,7 @@ class SamplingRow:
     sampling: RequestSampling
 
 
-class HostResults:
-    """Where the host path leaves its sample (logprobs) for the engine to read after the step."""
-
-    def __init__(self) -> None:
-        self.sample: HostSample | None = None
-
-
-def samples_on_device(config: SamplingConfig, op: Literal["prefill", "decode"], rows: Sequence[SamplingRow],
-                      ahead: int) -> bool:
+def samples_on_device(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow], ahead: int) -> bool:
     """Whether a step of these sampling rows takes the device path: the operation may sample on
     the device and no row needs the host."""
     return config.on_device(op) and not any(
@@ -65,25 +54,20 @@ def samples_on_device(config: SamplingConfig, op: Literal["prefill", "decode"], 
 
 
 def plan_sampling(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow | None],
-                  ahead: int = 0) -> tuple[StepSampling, HostResults | None]:
+                  ahead: int = 0) -> SamplingPlan:
     """The step's sampling over its plan rows (None: a row that samples nothing). `ahead`: tokens
-    already in flight for each request (async decode). Host results are None on the device path."""
+    already in flight for each request (async decode). The plan carries a host path (`host`) when
+    a row needs the host."""
     sampling = [r for r in rows if r is not None]
-    tensors = SamplingTensors.build(
+    tensors = sampling_tensors(
         [None if r is None else r.request.sampling for r in rows],
         [0 if r is None else r.sampling.seed for r in rows],
         [0 if r is None else r.request.num_tokens + ahead for r in rows])
-    assert op in ("prefill", "decode")
     if samples_on_device(config, op, sampling, ahead):
-        return StepSampling(variant_for([r.request.sampling for r in sampling]), tensors), None
-    results = HostResults()
-    host_rows = [HostRow(r.request.sampling, r.request.prompt_token_ids, tuple(r.request.output_token_ids),
-                         r.sampling.banned(r.request.sampling, len(r.request.output_token_ids) + ahead),
-                         r.sampling.bad_words) for r in sampling]
+        return SamplingPlan(variant_for([r.request.sampling for r in sampling]), tensors)
+    host_rows = tuple(HostRow(r.request.sampling, r.request.prompt_token_ids,
+                              tuple(r.request.output_token_ids),
+                              r.sampling.banned(r.request.sampling, len(r.request.output_token_ids) + ahead),
+                              r.sampling.bad_words) for r in sampling)
     sampled_tensors = tensors.rows([i for i, r in enumerate(rows) if r is not None], len(sampling))
-
-    def finish(logits: torch.Tensor) -> torch.Tensor:
-        results.sample = host_sample(logits, host_rows, sampled_tensors.to(logits.device))
-        return results.sample.tokens
-
-    return StepSampling("logits", tensors, finish), results
+    return SamplingPlan(StepVariant.LOGITS, tensors, HostBatch(host_rows, sampled_tensors))

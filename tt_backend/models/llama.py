@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.devices.cpu_kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAMA
 from tt_backend.models.rope import RopeConfig, inv_frequencies
@@ -66,25 +67,6 @@ class LlamaConfig:
             qkv_bias=bias,
             o_bias=bias,
         )
-
-
-@dataclass(frozen=True)
-class ForwardBatch:
-    """Device tensors of one step; rows are padded to a common length T."""
-
-    input_ids: torch.Tensor  # [B, T] long
-    positions: torch.Tensor  # [B, T] long, absolute position of each token
-    slot_mapping: torch.Tensor  # [B, T] long, flat KV slot (block * block_size + offset); −1 = skip
-    block_tables: torch.Tensor  # [B, max_blocks] long, physical block of each logical block
-    context_lens: torch.Tensor  # [B] long, valid KV positions after this step's writes
-    logits_indices: torch.Tensor  # [B] long, index in T whose logits are returned
-    decode: bool = False
-    """A decode step: one query token per row (T = 1), at position context_len - 1."""
-
-    @property
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.input_ids, self.positions, self.slot_mapping, self.block_tables, self.context_lens,
-                self.logits_indices)
 
 
 class RMSNorm(nn.Module):

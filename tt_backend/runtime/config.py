@@ -9,15 +9,16 @@ and a physical batch, and page tables to a power-of-two width (in blocks).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
+from tt_backend.contract.modes import (
+    DEVICE_VARIANTS,
+    OPERATIONS,
+    SampleOnDeviceMode,
+    StepMode,
+    StepVariant,
+    TraceMode,
+)
 from tt_backend.runtime.prefill_plan import PrefillPlanConfig, padded_length
-from tt_backend.sampling.device_sampler import DEVICE_VARIANTS, StepVariant
-
-TraceMode = Literal["none", "decode_only", "all"]
-TRACE_MODES: tuple[TraceMode, ...] = ("none", "decode_only", "all")
-SampleOnDeviceMode = Literal["all", "decode_only", "none"]
-SAMPLE_ON_DEVICE_MODES: tuple[SampleOnDeviceMode, ...] = ("all", "decode_only", "none")
 
 
 def _powers_of_two_up_to(limit: int) -> tuple[int, ...]:
@@ -29,25 +30,29 @@ def _powers_of_two_up_to(limit: int) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class TraceConfig:
     mode: TraceMode
+    """Resolved: never AUTO."""
 
     @classmethod
     def resolve(cls, mode: str, device_type: str = "cpu") -> TraceConfig:
         """`auto`: every step on the CPU, where one TorchScript graph serves all shapes of a step
         so capturing the ~1000 shapes of the default model takes under 2 s; decode only on
         devices that capture one graph per shape."""
-        if mode == "auto":
-            return cls("all" if device_type == "cpu" else "decode_only")
-        if mode not in TRACE_MODES:
-            raise ValueError(f"trace_mode must be one of auto, {', '.join(TRACE_MODES)}, got {mode!r}")
-        return cls(mode)
+        chosen = TraceMode.parse("trace_mode", mode)
+        if chosen is TraceMode.AUTO:
+            return cls(TraceMode.ALL if device_type == "cpu" else TraceMode.DECODE_ONLY)
+        return cls(TraceMode(chosen))
 
     @property
     def decode(self) -> bool:
-        return self.mode != "none"
+        return self.mode is not TraceMode.NONE
 
     @property
     def prefill(self) -> bool:
-        return self.mode == "all"
+        return self.mode is TraceMode.ALL
+
+    def traces(self, op: StepMode) -> bool:
+        """Whether steps of this operation replay a captured trace."""
+        return self.prefill if op is StepMode.PREFILL else self.decode
 
 
 @dataclass(frozen=True)
@@ -61,19 +66,17 @@ class SamplingConfig:
 
     @classmethod
     def resolve(cls, mode: str, always_compat: bool = False) -> SamplingConfig:
-        if mode not in SAMPLE_ON_DEVICE_MODES:
-            raise ValueError(f"sample_on_device_mode must be one of {', '.join(SAMPLE_ON_DEVICE_MODES)}, "
-                             f"got {mode!r}")
-        return cls(mode, always_compat)
+        return cls(SampleOnDeviceMode(SampleOnDeviceMode.parse("sample_on_device_mode", mode)), always_compat)
 
-    def on_device(self, op: Literal["prefill", "decode"]) -> bool:
+    def on_device(self, op: StepMode) -> bool:
         if self.always_compat:
             return False
-        return self.mode == "all" or (self.mode == "decode_only" and op == "decode")
+        return self.mode is SampleOnDeviceMode.ALL or (
+            self.mode is SampleOnDeviceMode.DECODE_ONLY and op == StepMode.DECODE)
 
-    def variants(self, op: Literal["prefill", "decode"]) -> tuple[StepVariant, ...]:
+    def variants(self, op: StepMode) -> tuple[StepVariant, ...]:
         """The step variants an operation may run: logits always, device sampling where allowed."""
-        return ("logits", *DEVICE_VARIANTS) if self.on_device(op) else ("logits",)
+        return (StepVariant.LOGITS, *DEVICE_VARIANTS) if self.on_device(op) else (StepVariant.LOGITS,)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class PageTableLayout:
         return next(w for w in self.widths if w >= blocks) if blocks <= self.max_blocks_per_seq else blocks
 
 
-StepKey = tuple[Literal["prefill", "decode"], StepVariant]
+StepKey = tuple[StepMode, StepVariant]
 """A step function: its operation and variant."""
 
 
@@ -117,17 +120,23 @@ StepKey = tuple[Literal["prefill", "decode"], StepVariant]
 class StepShape:
     """The padded geometry of one model call: what programs and traces are keyed by."""
 
-    op: Literal["prefill", "decode"]
+    op: StepMode
+    """PREFILL or DECODE."""
     batch: int
     seq_len: int
     table_width: int
-    variant: StepVariant = "logits"
+    variant: StepVariant = StepVariant.LOGITS
     """What the step returns: logits, or tokens chosen inside it (the sampling material)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "op", StepMode(self.op))
+        object.__setattr__(self, "variant", StepVariant(self.variant))
+        assert self.op in OPERATIONS
 
     @property
     def key(self) -> str:
         key = f"{self.op}:b{self.batch}:t{self.seq_len}:w{self.table_width}"
-        return key if self.variant == "logits" else f"{key}:{self.variant}"
+        return key if self.variant is StepVariant.LOGITS else f"{key}:{self.variant}"
 
     @property
     def step(self) -> StepKey:
@@ -150,12 +159,14 @@ class DecodeRuntimeConfig:
     def batch_for(self, rows: int) -> int:
         return next(b for b in self.batch_buckets if b >= rows)
 
-    def shape(self, rows: int, max_context: int, variant: StepVariant = "logits") -> StepShape:
-        return StepShape("decode", self.batch_for(rows), 1, self.layout.width_for(max_context), variant)
+    def shape(self, rows: int, max_context: int, variant: StepVariant = StepVariant.LOGITS) -> StepShape:
+        return StepShape(StepMode.DECODE, self.batch_for(rows), 1, self.layout.width_for(max_context),
+                         variant)
 
     @property
     def shapes(self) -> tuple[StepShape, ...]:
-        return tuple(StepShape("decode", b, 1, w) for b in self.batch_buckets for w in self.layout.widths)
+        return tuple(StepShape(StepMode.DECODE, b, 1, w)
+                     for b in self.batch_buckets for w in self.layout.widths)
 
 
 @dataclass(frozen=True)
@@ -170,10 +181,12 @@ class PrefillRuntimeConfig:
                 max_row_tokens: int) -> PrefillRuntimeConfig:
         return cls(layout, plan, max_row_tokens)
 
-    def shape(self, batch: int, seq_len: int, max_context: int, variant: StepVariant = "logits") -> StepShape:
+    def shape(self, batch: int, seq_len: int, max_context: int,
+              variant: StepVariant = StepVariant.LOGITS) -> StepShape:
         # A row's keys span at least its own padded length, so a shape never depends on how much of
         # the prompt was cached: (1, T, W) with W * block_size >= T.
-        return StepShape("prefill", batch, seq_len, self.layout.width_for(max(seq_len, max_context)), variant)
+        width = self.layout.width_for(max(seq_len, max_context))
+        return StepShape(StepMode.PREFILL, batch, seq_len, width, variant)
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -192,7 +205,7 @@ class PrefillRuntimeConfig:
                        and (b == 1 or b * length <= self.plan.max_wave_tokens)]
             out.extend(self.shape(b, length, length) for b in batches)
             first = self.layout.width_for(length)
-            out.extend(StepShape("prefill", 1, length, w) for w in self.layout.widths if w > first)
+            out.extend(StepShape(StepMode.PREFILL, 1, length, w) for w in self.layout.widths if w > first)
         return tuple(out)
 
 
@@ -206,10 +219,10 @@ class WarmupConfig:
     @classmethod
     def resolve(cls, trace: TraceConfig, decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
                 sampling: SamplingConfig) -> WarmupConfig:
-        if trace.mode == "none":
+        if trace.mode is TraceMode.NONE:
             return cls((), ())  # eager programs compile on first use; no gate is ever closed
-        decode_shapes = _with_variants(decode.shapes, sampling.variants("decode"))
-        prefill_shapes = _with_variants(prefill.shapes, sampling.variants("prefill"))
+        decode_shapes = _with_variants(decode.shapes, sampling.variants(StepMode.DECODE))
+        prefill_shapes = _with_variants(prefill.shapes, sampling.variants(StepMode.PREFILL))
         captured = decode_shapes + (prefill_shapes if trace.prefill else ())
         return cls(decode_shapes + prefill_shapes, captured)
 

@@ -9,27 +9,23 @@ caller's choice (`trace_mode`); neither falls back to the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from tt_backend.models.llama import ForwardBatch
+from tt_backend.contract.forward_batch import ForwardBatch
+from tt_backend.contract.modes import DEVICE_VARIANTS, OPERATIONS, StepMode, StepVariant
+from tt_backend.contract.sampling import SamplingPlan, SamplingTensors
+from tt_backend.contract.step import StepPlan
 from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepKey, StepShape
 from tt_backend.runtime.inputs import prepare_host_inputs, to_device
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
-from tt_backend.runtime.plan import StepPlan
 from tt_backend.runtime.prefill_plan import plan_prefill
 from tt_backend.runtime.program_compiler import ProgramCompiler
 from tt_backend.runtime.trace_compiler import TraceCompiler
-from tt_backend.sampling.device_sampler import (
-    DEVICE_VARIANTS,
-    DeviceVariant,
-    SamplingTensors,
-    StepVariant,
-    select_tokens,
-)
+from tt_backend.sampling.device_sampler import logits_plan, select_tokens
 
 
 class ModelStep(nn.Module):
@@ -57,11 +53,12 @@ class SamplingHead(nn.Module):
     runs on the host: the CPU) top-k/top-p may decide on the host to skip the full sort; such a
     head is not traceable, and a device runs it as it is after the traced model."""
 
-    def __init__(self, variant: DeviceVariant, may_branch: bool = False) -> None:
+    def __init__(self, variant: StepVariant, may_branch: bool = False) -> None:
         super().__init__()
-        self.variant: DeviceVariant = variant
+        assert variant in DEVICE_VARIANTS
+        self.variant = variant
         self.may_branch = may_branch
-        self.traceable = not (may_branch and variant == "sample_filtered")
+        self.traceable = not (may_branch and variant is StepVariant.SAMPLE_FILTERED)
 
     def forward(self, logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
                 top_p: torch.Tensor, min_p: torch.Tensor, seed: torch.Tensor,
@@ -77,7 +74,7 @@ class SampledStep(nn.Module):
     head_from = 7
     """The head reads the body's output, then the step's inputs from this index (the sampling ones)."""
 
-    def __init__(self, body: ModelStep, variant: DeviceVariant, may_branch: bool = False) -> None:
+    def __init__(self, body: ModelStep, variant: StepVariant, may_branch: bool = False) -> None:
         super().__init__()
         self.body = body
         self.head = SamplingHead(variant, may_branch)
@@ -92,26 +89,11 @@ def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[St
     head may branch on the host (the step runs there); a CUDA step is one graph and may not."""
     may_branch = device is None or device.type == "cpu"
     steps: dict[StepKey, nn.Module] = {}
-    for op in ("prefill", "decode"):
-        body = ModelStep(model, decode=op == "decode")
-        steps[op, "logits"] = body
+    for op in OPERATIONS:
+        body = ModelStep(model, decode=op is StepMode.DECODE)
+        steps[op, StepVariant.LOGITS] = body
         steps.update({(op, variant): SampledStep(body, variant, may_branch) for variant in DEVICE_VARIANTS})
     return steps
-
-
-@dataclass(frozen=True)
-class StepSampling:
-    """How a step chooses its tokens. A device variant returns token ids from the step; `logits`
-    returns the sampling rows' logits, which `finish` (the host path) turns into token ids."""
-
-    variant: StepVariant
-    tensors: SamplingTensors
-    """One row per plan row (rows that sample nothing decode greedily)."""
-    finish: Callable[[torch.Tensor], torch.Tensor] | None = None
-
-    @classmethod
-    def logits(cls, num_rows: int) -> StepSampling:
-        return cls("logits", SamplingTensors.build([None] * num_rows, [], []))
 
 
 @dataclass(frozen=True)
@@ -136,15 +118,15 @@ class EagerExecutor:
         self.prefill = prefill
         self.programs = programs
 
-    def prepare(self, plan: StepPlan, sampling: StepSampling | None = None) -> tuple[PreparedCall, ...]:
-        sampling = sampling or StepSampling.logits(len(plan.rows))
+    def prepare(self, plan: StepPlan, sampling: SamplingPlan | None = None) -> tuple[PreparedCall, ...]:
+        sampling = sampling or logits_plan(len(plan.rows))
         block_size = self.kv.layout.block_size
-        if plan.mode == "decode":
+        if plan.mode is StepMode.DECODE:
             shape = self.decode.shape(len(plan.rows), max(r.context_len for r in plan.rows), sampling.variant)
             inputs = prepare_host_inputs(plan.rows, block_size, shape.batch, 1, shape.table_width)
             source = tuple(range(len(plan.rows)))
             return (PreparedCall(shape, source, inputs, sampling.tensors.rows(list(source), shape.batch)),)
-        assert plan.mode == "prefill"
+        assert plan.mode is StepMode.PREFILL
         calls = []
         for wave in plan_prefill(plan, self.prefill.plan):
             rows = [plan.rows[i] for i in wave.source_rows]
@@ -168,7 +150,7 @@ class EagerExecutor:
         return out
 
     @torch.inference_mode()
-    def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
+    def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         """For the rows with sample=True, in row order: fp32 logits [rows, vocab] (`logits` variant)
         or token ids [rows] (a device variant). `feedback` (decode only): the previous step's
@@ -188,7 +170,7 @@ class TracedExecutor:
         self.traces.register_capture_plan(shape)
 
     @torch.inference_mode()
-    def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
+    def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         calls = self.eager.prepare(plan, sampling)
         self.traces.preflight(call.shape for call in calls)  # before any call writes KV

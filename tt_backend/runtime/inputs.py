@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from tt_backend.models.llama import ForwardBatch
-from tt_backend.runtime.plan import PlannedRow
+from tt_backend.contract.forward_batch import ForwardBatch
+from tt_backend.contract.step import PlannedRow
 
 
 def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batch: int | None = None,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tt_backend.runtime.plan import PlannedRow, StepPlan
+from tt_backend.contract.step import PlannedRow, StepPlan
 
 PHYSICAL_BATCHES = (1, 2, 4, 8, 16, 32)
 DENSE_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)

@@ -18,6 +18,9 @@ import logging
 import torch
 from torch import nn
 
+from tt_backend.contract.modes import StepMode
+from tt_backend.contract.sampling import SampledTokens, SamplingPlan
+from tt_backend.contract.step import StepPlan
 from tt_backend.devices.torch_device import Launched, TorchDevice
 from tt_backend.runtime.config import (
     DecodeRuntimeConfig,
@@ -27,10 +30,9 @@ from tt_backend.runtime.config import (
     TraceConfig,
     WarmupConfig,
 )
-from tt_backend.runtime.executor import EagerExecutor, StepSampling, TracedExecutor, model_steps
+from tt_backend.runtime.executor import EagerExecutor, TracedExecutor, model_steps
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.output_reader import OutputReader
-from tt_backend.runtime.plan import StepPlan
 from tt_backend.runtime.program_compiler import ProgramCompiler
 from tt_backend.runtime.resources import CleanupError, CleanupLog
 from tt_backend.runtime.trace_compiler import TraceCompiler
@@ -76,46 +78,41 @@ class ModelRunner:
         return report
 
     # ---- steps -------------------------------------------------------------------------------
-    def execute(self, plan: StepPlan, sampling: StepSampling | None = None,
+    def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         """Run the step now; for its sampling rows, in row order, fp32 logits (no `sampling`, or
         the `logits` variant) or token ids (a device variant)."""
         if self._closed:
             raise RuntimeError("the model runner is closed")
-        traced = self.traced is not None and (plan.mode == "decode" or self.trace.prefill)
-        if traced:
-            assert self.traced is not None
+        if self.traced is not None and self.trace.traces(plan.mode):
             self.traced_steps += 1
             return self.traced.execute(plan, sampling, feedback)
         self.eager_steps += 1
         return self.eager.execute(plan, sampling, feedback)
 
-    def _sampled(self, plan: StepPlan, sampling: StepSampling,
-                 feedback: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.execute(plan, sampling, feedback)
-        if sampling.variant == "logits":
-            assert sampling.finish is not None, "the logits variant needs the host path's finish"
-            return sampling.finish(out)
-        return out
+    def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
+        """Run the step and choose its tokens: inside it (a device variant), or from its logits on
+        the host (the plan's host path, which also gives logprobs)."""
+        out = self.reader.read(lambda: self.execute(plan, sampling))
+        if sampling.host is not None:
+            return sampling.host.sample(out)
+        return SampledTokens(tuple(out.tolist()))
 
-    def run_and_sample(self, plan: StepPlan, sampling: StepSampling) -> torch.Tensor:
-        """Run the step and choose its tokens (inside it, or on the host); the token ids on the host."""
-        return self.reader.read(lambda: self._sampled(plan, sampling))
-
-    def launch(self, plan: StepPlan, sampling: StepSampling, after: int | None = None) -> int:
-        """Launch a decode step and its sampling without waiting; return the read's handle.
-        With `after` (the handle of the step launched just before), this step's input tokens are
-        that step's sampled tokens, fed back on the device."""
+    def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
+        """Launch a decode step that samples on the device, without waiting; return the read's
+        handle. With `after` (the handle of the step launched just before), this step's input
+        tokens are that step's sampled tokens, fed back on the device."""
+        assert plan.mode is StepMode.DECODE and sampling.host is None, "only device-sampled decode runs ahead"
         previous: Launched | None = None if after is None else self.reader.launched(after)
 
         def work() -> torch.Tensor:
             feedback = None if previous is None else previous.device_value()
-            return self._sampled(plan, sampling, feedback)
+            return self.execute(plan, sampling, feedback)
 
         return self.reader.submit(work)
 
-    def complete(self, handle: int) -> torch.Tensor:
-        return self.reader.complete(handle)
+    def complete(self, handle: int) -> SampledTokens:
+        return SampledTokens(tuple(self.reader.complete(handle).tolist()))
 
     def drain(self) -> int:
         """Wait for every launched step and drop its result; return how many there were."""

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 import torch
 
+from tt_backend.contract.forward_batch import ForwardBatch
+from tt_backend.contract.sampling import SamplingTensors
 from tt_backend.devices.torch_device import Capture, StepFn, TorchDevice
-from tt_backend.models.llama import ForwardBatch
 from tt_backend.runtime.config import StepKey, StepShape
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.program_compiler import ProgramCompiler
-from tt_backend.sampling.device_sampler import SamplingTensors
+from tt_backend.sampling.device_sampler import sampling_tensors
 
 
 class TraceCoverageError(RuntimeError):
@@ -58,7 +59,7 @@ class TraceCompiler:
         if not self.programs.compiled(shape):
             raise RuntimeError(f"cannot plan a trace of {shape.key}: its program is not compiled")
         if shape.key not in self._traces:
-            greedy = SamplingTensors.build([], [], [], batch=shape.batch).to(self._device.device)
+            greedy = sampling_tensors([], [], [], batch=shape.batch).to(self._device.device)
             self._traces[shape.key] = _Trace(shape, blank_inputs(shape, self._device.device), greedy)
 
     def capture_all(self) -> int:

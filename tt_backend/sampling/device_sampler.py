@@ -20,17 +20,11 @@ the filters (its thresholds are -inf), and a greedy row is argmax in every varia
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import torch
 
+from tt_backend.contract.modes import StepVariant
+from tt_backend.contract.sampling import SamplingPlan, SamplingTensors
 from tt_backend.sampling.params import GREEDY_EPS, SamplingParams
-
-DeviceVariant = Literal["greedy", "sample", "sample_filtered"]
-StepVariant = Literal["logits", "greedy", "sample", "sample_filtered"]
-"""What a step returns: the logits (for the host path), or tokens chosen by a device variant."""
-DEVICE_VARIANTS: tuple[DeviceVariant, ...] = ("greedy", "sample", "sample_filtered")
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -57,55 +51,34 @@ def uniform(seeds: torch.Tensor, counters: torch.Tensor) -> torch.Tensor:
     return _shr(x, 11).to(torch.float64) * 2.0 ** -53
 
 
-@dataclass(frozen=True)
-class SamplingTensors:
-    """Per-row sampling inputs of a step, host or device, one entry per row."""
-
-    temperature: torch.Tensor  # float32; < GREEDY_EPS decodes greedily
-    top_k: torch.Tensor  # int64; 0 disables
-    top_p: torch.Tensor  # float32
-    min_p: torch.Tensor  # float32
-    seed: torch.Tensor  # int64 (the bits of a uint64 seed)
-    counter: torch.Tensor  # int64: the position of the token being sampled
-
-    @property
-    def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.temperature, self.top_k, self.top_p, self.min_p, self.seed, self.counter)
-
-    @classmethod
-    def build(cls, params: list[SamplingParams | None], seeds: list[int], counters: list[int],
-              batch: int | None = None) -> SamplingTensors:
-        """Rows of `params` (None: a row that samples nothing, e.g. padding or a partial prefill
-        chunk, which decodes greedily), padded with such rows to `batch`."""
-        n = len(params) if batch is None else batch
-        greedy = SamplingParams(temperature=0.0)
-        rows = [p or greedy for p in params] + [greedy] * (n - len(params))
-        seeds = list(seeds) + [0] * (n - len(seeds))
-        counters = list(counters) + [0] * (n - len(counters))
-        return cls(
-            torch.tensor([0.0 if p.greedy else p.temperature for p in rows], dtype=torch.float32),
-            torch.tensor([max(p.top_k, 0) for p in rows], dtype=torch.long),
-            torch.tensor([p.top_p for p in rows], dtype=torch.float32),
-            torch.tensor([p.min_p for p in rows], dtype=torch.float32),
-            torch.tensor([_signed(s & _MASK64) for s in seeds], dtype=torch.long),
-            torch.tensor(counters, dtype=torch.long))
-
-    def rows(self, index: list[int], batch: int) -> SamplingTensors:
-        """The given rows, padded with greedy rows to `batch`."""
-        ids = torch.tensor(index + [0] * (batch - len(index)), dtype=torch.long)
-        picked = [t.index_select(0, ids) for t in self.tensors]
-        picked[0][len(index):] = 0.0  # padding rows decode greedily
-        return SamplingTensors(*picked)
-
-    def to(self, device: torch.device) -> SamplingTensors:
-        return SamplingTensors(*(t.to(device, non_blocking=True) for t in self.tensors))
+def sampling_tensors(params: list[SamplingParams | None], seeds: list[int], counters: list[int],
+                     batch: int | None = None) -> SamplingTensors:
+    """Rows of `params` (None: a row that samples nothing, e.g. padding or a partial prefill chunk,
+    which decodes greedily), padded with such rows to `batch`."""
+    n = len(params) if batch is None else batch
+    greedy = SamplingParams(temperature=0.0)
+    rows = [p or greedy for p in params] + [greedy] * (n - len(params))
+    seeds = list(seeds) + [0] * (n - len(seeds))
+    counters = list(counters) + [0] * (n - len(counters))
+    return SamplingTensors(
+        torch.tensor([0.0 if p.greedy else p.temperature for p in rows], dtype=torch.float32),
+        torch.tensor([max(p.top_k, 0) for p in rows], dtype=torch.long),
+        torch.tensor([p.top_p for p in rows], dtype=torch.float32),
+        torch.tensor([p.min_p for p in rows], dtype=torch.float32),
+        torch.tensor([_signed(s & _MASK64) for s in seeds], dtype=torch.long),
+        torch.tensor(counters, dtype=torch.long))
 
 
-def variant_for(params: list[SamplingParams]) -> DeviceVariant:
+def logits_plan(num_rows: int) -> SamplingPlan:
+    """A plan that returns the rows' logits and samples nothing (the caller reads logits)."""
+    return SamplingPlan(StepVariant.LOGITS, sampling_tensors([None] * num_rows, [], []))
+
+
+def variant_for(params: list[SamplingParams]) -> StepVariant:
     """The cheapest device variant that computes every row exactly."""
     if all(p.greedy for p in params):
-        return "greedy"
-    return "sample_filtered" if any(p.filtered for p in params) else "sample"
+        return StepVariant.GREEDY
+    return StepVariant.SAMPLE_FILTERED if any(p.filtered for p in params) else StepVariant.SAMPLE
 
 
 CANDIDATES = 256
@@ -113,7 +86,7 @@ CANDIDATES = 256
 sort); only a row whose threshold lies beyond them needs the full sort."""
 
 
-def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: DeviceVariant,
+def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: StepVariant,
                   may_branch: bool = False) -> torch.Tensor:
     """Token ids [B] (int64) from logits [B, V]. Without `may_branch` it is tensor ops only, so it
     traces (a CUDA graph); with it, top-k/top-p try the candidates first and fall back to the full
@@ -122,14 +95,15 @@ def select_tokens(logits: torch.Tensor, s: SamplingTensors, variant: DeviceVaria
     logits = logits.float()
     # max's indices are argmax's (the first maximum; NaN wins), 2.6x faster on CPU at [32, 49152].
     argmax = logits.max(dim=-1).indices
-    if variant == "greedy":
+    assert variant != StepVariant.LOGITS, "the logits variant chooses no tokens"
+    if variant == StepVariant.GREEDY:
         return argmax
     greedy = s.temperature < GREEDY_EPS
     temperature = torch.where(greedy, torch.ones_like(s.temperature), s.temperature)
     probs = torch.softmax(logits / temperature.unsqueeze(1), dim=-1)
     # min-p: drop what is below min_p times the most likely token's probability.
     keep = probs >= (s.min_p * probs.max(dim=-1).values).unsqueeze(1)
-    if variant == "sample_filtered":
+    if variant == StepVariant.SAMPLE_FILTERED:
         kept = probs.masked_fill(~keep, 0.0)
         total = kept.sum(dim=-1)
         threshold = None

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tt_backend.sampling.device_sampler import SamplingTensors, select_tokens, variant_for
+from tt_backend.contract.sampling import SampledTokens, SamplingTensors, TokenLogprobs
+from tt_backend.sampling.device_sampler import select_tokens, variant_for
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.processors import lookup
 
@@ -32,17 +33,6 @@ class HostRow:
     """Token ids that may not be sampled now (min_tokens keeps EOS and stop ids out)."""
     bad_words: tuple[tuple[int, ...], ...] = ()
     """Token sequences of the bad words (see `bad_word_token_ids`)."""
-
-
-@dataclass(frozen=True)
-class TokenLogprobs:
-    """The sampled token's raw logprob and rank (1 = most likely), and the top-n alternatives."""
-
-    token_id: int
-    logprob: float
-    rank: int
-    top: tuple[tuple[int, float], ...]
-    """(token id, logprob) of the n most likely tokens, most likely first; rank = index + 1."""
 
 
 @dataclass(frozen=True)
@@ -129,3 +119,16 @@ def host_sample(logits: torch.Tensor, rows: Sequence[HostRow], tensors: Sampling
                 zip(top.indices[k, :n].tolist(), top.values[k, :n].tolist(), strict=True))
             logprobs[i] = TokenLogprobs(int(chosen[k]), float(chosen_lp[k, 0]), int(ranks[k]), alternatives)
     return HostSample(tokens, tuple(logprobs))
+
+
+@dataclass(frozen=True)
+class HostBatch:
+    """The host path of one step (`contract.sampling.HostSampling`): its sampling rows, in row
+    order, with their sampling inputs."""
+
+    rows: tuple[HostRow, ...]
+    tensors: SamplingTensors
+
+    def sample(self, logits: torch.Tensor) -> SampledTokens:
+        sample = host_sample(logits, self.rows, self.tensors.to(logits.device))
+        return SampledTokens(tuple(sample.tokens.tolist()), sample.logprobs)

@@ -18,29 +18,19 @@ sampled tokens are split back by lane.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepPlan
-from tt_backend.scheduler.phase_scheduler import (
+from tt_backend.contract.modes import RequestStatus, StepMode
+from tt_backend.contract.step import EMPTY_STEP, PlannedRow, StepPlan
+from tt_backend.scheduler.phase_scheduler import PhaseScheduler
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import (
     DecodeCadence,
-    PhaseScheduler,
+    LaneSlice,
     SampledToken,
     ScheduledStep,
     SchedulerConfig,
 )
-from tt_backend.scheduler.request import Request, RequestStatus
-
-
-@dataclass(frozen=True)
-class LaneSlice:
-    lane: int
-    step: ScheduledStep
-    """The lane's own step, with lane-local block ids."""
-
-
-@dataclass(frozen=True)
-class MergedStep(ScheduledStep):
-    lanes: tuple[LaneSlice, ...] = ()
 
 
 class LaneCoordinator:
@@ -73,17 +63,17 @@ class LaneCoordinator:
         return {rid: self.lanes[lane].requests[rid] for rid, lane in self.lane_of.items()}
 
     # ---- scheduling -----------------------------------------------------------------------
-    def schedule(self) -> MergedStep:
+    def schedule(self) -> ScheduledStep:
         if len(self.lanes) == 1:  # one lane keeps its own policy (the same rules, in one place)
-            return self._merge("own", [self.lanes[0].schedule()])
+            return self._merge([self.lanes[0].schedule()])
         wants_prefill = [lane.wants_prefill() for lane in self.lanes]
         decode_ready = any(lane.decode_ready for lane in self.lanes)
         if any(wants_prefill) and not (decode_ready and self.cadence.owed > 0):
-            steps = [lane.schedule("prefill") if want else ScheduledStep(EMPTY_STEP, ())
+            steps = [lane.schedule(StepMode.PREFILL) if want else ScheduledStep(EMPTY_STEP, ())
                      for lane, want in zip(self.lanes, wants_prefill, strict=True)]
             preempted = [rid for step in steps for rid in step.preempted]
             if not any(step.request_ids for step in steps) and decode_ready:
-                steps = [lane.schedule("decode") for lane in self.lanes]  # zero-admit: decode instead
+                steps = [lane.schedule(StepMode.DECODE) for lane in self.lanes]  # zero-admit: decode instead
                 steps[0] = replace(steps[0], preempted=(*preempted, *steps[0].preempted))
             elif not any(step.request_ids for step in steps):
                 # Every running request is a partial prefill holding blocks none can extend: let
@@ -91,50 +81,52 @@ class LaneCoordinator:
                 steps = [lane.schedule() if lane.running else ScheduledStep(EMPTY_STEP, ())
                          for lane in self.lanes]
         else:
-            steps = [lane.schedule("decode") for lane in self.lanes]
-        merged = self._merge("shared", steps)
+            steps = [lane.schedule(StepMode.DECODE) for lane in self.lanes]
+        merged = self._merge(steps)
         self.cadence.record(merged.plan.mode, any(lane.prompt_left_partial(step)
                                                   for lane, step in zip(self.lanes, steps, strict=True)))
         return merged
 
-    def schedule_decode_continuation(self, previous: ScheduledStep) -> MergedStep | None:
+    def schedule_decode_continuation(self, previous: ScheduledStep) -> ScheduledStep | None:
         """The next decode step of every lane that took part in `previous` (async decode), or
         None if any of them cannot continue."""
-        assert isinstance(previous, MergedStep)
         steps: list[ScheduledStep] = []
         for part in previous.lanes:
             follow = self.lanes[part.lane].schedule_decode_continuation(part.step)
             if follow is None:
                 return None
             steps.append(follow)
-        self.cadence.record("decode")
-        return self._merge("shared", steps, [part.lane for part in previous.lanes])
+        self.cadence.record(StepMode.DECODE)
+        return self._merge(steps, [part.lane for part in previous.lanes])
 
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
         """Split the merged step's sampled tokens by lane and record each lane's part."""
-        assert isinstance(step, MergedStep)
         out: list[SampledToken] = []
         first = 0
         for part in step.lanes:
-            n = sum(1 for row in part.step.plan.rows if row.sample)
+            n = part.step.plan.num_sampled
             out.extend(self.lanes[part.lane].update(part.step, sampled[first:first + n]))
             first += n
         assert first == len(sampled), "more sampled tokens than sampling rows"
         return out
 
     # ---- merge ------------------------------------------------------------------------------
-    def _merge(self, policy: str, steps: list[ScheduledStep], lanes: list[int] | None = None) -> MergedStep:
+    def _merge(self, steps: list[ScheduledStep], lanes: list[int] | None = None) -> ScheduledStep:
         lanes = list(range(len(steps))) if lanes is None else lanes
         parts = tuple(LaneSlice(lane, step) for lane, step in zip(lanes, steps, strict=True)
                       if step.request_ids)
         preempted = tuple(rid for step in steps for rid in step.preempted)
         if not parts:
-            return MergedStep(EMPTY_STEP, (), preempted)
+            return ScheduledStep(EMPTY_STEP, (), preempted)
         modes = {part.step.plan.mode for part in parts}
-        assert len(modes) == 1, f"lanes disagree on the step's mode ({policy}): {modes}"
+        assert len(modes) == 1, f"lanes disagree on the step's mode: {modes}"
         rows = tuple(self._physical(part.lane, row) for part in parts for row in part.step.plan.rows)
         ids = tuple(rid for part in parts for rid in part.step.request_ids)
-        return MergedStep(StepPlan(modes.pop(), rows), ids, preempted, parts)
+        return ScheduledStep(StepPlan(modes.pop(), rows), ids, preempted, parts)
+
+    def lanes_in(self, step: ScheduledStep) -> set[int]:
+        """The lanes that have rows in `step`."""
+        return {part.lane for part in step.lanes}
 
     def _physical(self, lane: int, row: PlannedRow) -> PlannedRow:
         if lane == 0:

@@ -27,57 +27,13 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
 
-from tt_backend.runtime.plan import EMPTY_STEP, PlannedRow, StepPlan
-from tt_backend.scheduler.block_pool import BlockPool, hash_block
-from tt_backend.scheduler.request import Request, RequestStatus
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    max_model_len: int
-    block_size: int
-    num_blocks: int
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = False
-    decode_steps_between_prefills: int = 1
-    """Decode steps owed after a prefill step that leaves a prompt partly prefilled (between the
-    chunks of a long prompt), while requests are ready to decode; 0 lets prefill run until no
-    prefill work can be admitted."""
-
-
-@dataclass(frozen=True)
-class ScheduledStep:
-    plan: StepPlan
-    request_ids: tuple[str, ...]
-    """The request of each planned row, in row order."""
-    preempted: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class SampledToken:
-    request: Request
-    token_id: int
-
-
-@dataclass
-class DecodeCadence:
-    """After a prefill step that leaves a prompt partly prefilled, the next
-    `steps_between_prefills` steps are owed to decode. A prefill step that completes every
-    prompt it touched owes nothing: the next waiting request is admitted at once (owing decode
-    steps there delayed every request of a burst but the first by a whole decode step)."""
-
-    steps_between_prefills: int
-    owed: int = 0
-
-    def record(self, mode: str, prompt_left_partial: bool = False) -> None:
-        if mode == "prefill":
-            self.owed = self.steps_between_prefills if prompt_left_partial else 0
-        elif mode == "decode":
-            self.owed = max(0, self.owed - 1)
+from tt_backend.contract.modes import RequestStatus, StepMode
+from tt_backend.contract.step import EMPTY_STEP, PlannedRow, StepPlan
+from tt_backend.scheduler.block_pool import BlockPool
+from tt_backend.scheduler.kv_manager import NO_COMPUTED_BLOCKS, ComputedBlocks, KVCacheManager
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import DecodeCadence, SampledToken, ScheduledStep, SchedulerConfig
 
 
 @dataclass
@@ -92,7 +48,7 @@ class SchedulerStats:
 class PhaseScheduler:
     def __init__(self, config: SchedulerConfig) -> None:
         self.config = config
-        self.pool = BlockPool(config.num_blocks, config.enable_prefix_caching)
+        self.kv = KVCacheManager(config.num_blocks, config.block_size, config.enable_prefix_caching)
         self.waiting: deque[Request] = deque()
         self.skipped: list[Request] = []
         self.running: list[Request] = []  # admission order
@@ -120,9 +76,15 @@ class PhaseScheduler:
             self.skipped.remove(request)
         else:
             self.waiting.remove(request)
-        self._release_blocks(request)
+        self.kv.free(request)
+        self.kv.free_block_hashes(request)
         request.status = status
         return request
+
+    @property
+    def pool(self) -> BlockPool:
+        """The lane's block pool (its usage and free blocks, for stats and checks)."""
+        return self.kv.pool
 
     @property
     def has_work(self) -> bool:
@@ -138,13 +100,13 @@ class PhaseScheduler:
         return self._prefill_pending()
 
     # ---- scheduling -----------------------------------------------------------------------
-    def schedule(self, mode: Literal["prefill", "decode"] | None = None) -> ScheduledStep:
+    def schedule(self, mode: StepMode | None = None) -> ScheduledStep:
         """The next step. With `mode`, a step of that mode (possibly empty), with no fallback and
         no cadence bookkeeping: the caller (a LaneCoordinator) owns both."""
         self._unpark_ready()
-        if mode == "decode":
+        if mode is StepMode.DECODE:
             return self._schedule_decode()
-        if mode == "prefill":
+        if mode is StepMode.PREFILL:
             return self._schedule_prefill()
         decode_ready = self.decode_ready
         if decode_ready and (self.cadence.owed > 0 or not self._prefill_pending()):
@@ -176,22 +138,23 @@ class PhaseScheduler:
         rows hold a placeholder). None when the steady path cannot carry it: a prefill is due, a
         request is no longer running, or a block for the next position is not free."""
         self._unpark_ready()
-        if previous.plan.mode != "decode" or self._prefill_pending():
+        if previous.plan.mode is not StepMode.DECODE or self._prefill_pending():
             return None
         requests = [self.requests.get(rid) for rid in previous.request_ids]
         if any(r is None or r.status is not RequestStatus.RUNNING for r in requests):
             return None
-        need = sum(max(0, self._blocks_needed(r, row.context_len + 1))
+        need = sum(max(0, self.kv.blocks_needed(r, row.context_len + 1))
                    for r, row in zip(requests, previous.plan.rows, strict=True) if r is not None)
-        if need > self.pool.num_free:
+        if need > self.kv.num_free_blocks:
             return None
         rows = []
         for request, row in zip(requests, previous.plan.rows, strict=True):
             assert request is not None
-            self._grow_blocks(request, row.context_len + 1)
-            rows.append(PlannedRow((0,), row.start_position + 1, tuple(request.block_ids), True))
-        self.cadence.record("decode")
-        return ScheduledStep(StepPlan("decode", tuple(rows)), previous.request_ids)
+            slots = self.kv.allocate_slots(request, row.context_len + 1)
+            assert slots is not None
+            rows.append(PlannedRow((0,), row.start_position + 1, slots.block_ids, True))
+        self.cadence.record(StepMode.DECODE)
+        return ScheduledStep(StepPlan(StepMode.DECODE, tuple(rows)), previous.request_ids)
 
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
         """Record a finished step: advance computed tokens, append sampled tokens (row order).
@@ -209,8 +172,7 @@ class PhaseScheduler:
                 token = next(tokens)
                 request.output_token_ids.append(token)
                 out.append(SampledToken(request, token))
-            if self.config.enable_prefix_caching:
-                self._register_full_blocks(request)
+            self.kv.cache_full_blocks(request)
         assert next(tokens, None) is None, "more sampled tokens than sampling rows"
         return out
 
@@ -243,50 +205,36 @@ class PhaseScheduler:
                 self.skipped.append(request)
                 continue
             request.prefill_target = request.num_tokens
-            cached = self._share_cached_prefix(request)
-            n = self._reserve_chunk(request, budget)
+            computed = self.kv.get_computed_blocks(request)
+            cached = computed.num_tokens(self.config.block_size)
+            n = self._reserve_chunk(request, budget, cached, computed)
             if n == 0:
-                self._release_blocks(request)
-                request.num_computed_tokens = 0
                 break
             self.waiting.popleft()
             self.running.append(request)
             request.status = RequestStatus.RUNNING
             request.slot = heapq.heappop(self._free_slots)
-            self.stats.prefix_cache_queries += request.prefill_target if self.pool.enable_caching else 0
+            self.stats.prefix_cache_queries += request.prefill_target if self.kv.enable_caching else 0
             self.stats.prefix_cache_hits += cached
             rows.append(self._prefill_row(request, n))
             ids.append(request.request_id)
             budget -= n
         if not rows:
             return ScheduledStep(EMPTY_STEP, ())
-        return ScheduledStep(StepPlan("prefill", tuple(rows)), tuple(ids))
+        return ScheduledStep(StepPlan(StepMode.PREFILL, tuple(rows)), tuple(ids))
 
-    def _share_cached_prefix(self, request: Request) -> int:
-        """Reference the cached blocks of the request's prefix; return the tokens they hold.
-        At least the last token is left to compute, since its logits are needed."""
-        if not self.pool.enable_caching:
-            return 0
-        self._extend_hashes(request)
-        usable = (request.prefill_target - 1) // self.config.block_size
-        hits = self.pool.lookup(request.block_hashes[:usable])
-        self.pool.share(hits)
-        request.block_ids = list(hits)
-        request.num_registered_blocks = len(hits)
-        request.num_computed_tokens = len(hits) * self.config.block_size
-        return request.num_computed_tokens
-
-    def _reserve_chunk(self, request: Request, budget: int) -> int:
-        """Allocate blocks for the request's next prefill chunk; return its length (0: none)."""
-        bs = self.config.block_size
-        start = request.num_computed_tokens
+    def _reserve_chunk(self, request: Request, budget: int, start: int | None = None,
+                       computed: ComputedBlocks = NO_COMPUTED_BLOCKS) -> int:
+        """Allocate blocks for the request's next prefill chunk (from `start`, the tokens a cached
+        prefix `computed` holds, on admission); return its length (0: none, nothing changed)."""
+        start = request.num_computed_tokens if start is None else start
         remaining = request.prefill_target - start
-        n = min(remaining, budget)
-        room = (len(request.block_ids) + self.pool.num_free) * bs - start
-        n = min(n, room)
+        n = min(remaining, budget, self.kv.fitting_tokens(request, start, computed))
         if n <= 0 or (n < remaining and not self.config.enable_chunked_prefill):
             return 0
-        self._grow_blocks(request, start + n)
+        slots = self.kv.allocate_slots(request, start + n, computed)
+        assert slots is not None
+        request.num_computed_tokens = start
         return n
 
     def _prefill_row(self, request: Request, n: int) -> PlannedRow:
@@ -294,7 +242,7 @@ class PhaseScheduler:
         return PlannedRow(
             token_ids=request.token_slice(start, start + n),
             start_position=start,
-            block_ids=tuple(request.block_ids),
+            block_ids=self.kv.block_ids(request.request_id),
             sample=start + n == request.prefill_target,
         )
 
@@ -306,7 +254,7 @@ class PhaseScheduler:
         for request in [r for r in self.running if not r.is_prefilling]:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            while self._blocks_needed(request, request.num_tokens) > self.pool.num_free:
+            while self.kv.blocks_needed(request, request.num_tokens) > self.kv.num_free_blocks:
                 victim = next((r for r in reversed(self.running) if r.request_id not in scheduled), None)
                 assert victim is not None
                 self._preempt(victim)
@@ -315,45 +263,17 @@ class PhaseScheduler:
                     break
             if request.status is not RequestStatus.RUNNING:
                 continue
-            self._grow_blocks(request, request.num_tokens)
+            slots = self.kv.allocate_slots(request, request.num_tokens)
+            assert slots is not None
             position = request.num_tokens - 1
-            rows.append(PlannedRow((request.token_id(position),), position, tuple(request.block_ids), True))
+            rows.append(PlannedRow((request.token_id(position),), position, slots.block_ids, True))
             ids.append(request.request_id)
             scheduled.add(request.request_id)
         order = sorted(range(len(ids)), key=lambda i: self.requests[ids[i]].slot or 0)
-        plan = StepPlan("decode", tuple(rows[i] for i in order)) if rows else EMPTY_STEP
+        plan = StepPlan(StepMode.DECODE, tuple(rows[i] for i in order)) if rows else EMPTY_STEP
         return ScheduledStep(plan, tuple(ids[i] for i in order), tuple(preempted))
 
-    # ---- blocks ---------------------------------------------------------------------------
-    def _blocks_needed(self, request: Request, num_tokens: int) -> int:
-        return -(-num_tokens // self.config.block_size) - len(request.block_ids)
-
-    def _grow_blocks(self, request: Request, num_tokens: int) -> None:
-        need = self._blocks_needed(request, num_tokens)
-        if need > 0:
-            request.block_ids.extend(self.pool.allocate(need))
-
-    def _release_blocks(self, request: Request) -> None:
-        self.pool.free(request.block_ids)
-        request.block_ids = []
-        request.num_registered_blocks = 0
-
-    def _extend_hashes(self, request: Request) -> None:
-        bs = self.config.block_size
-        while len(request.block_hashes) < request.num_tokens // bs:
-            i = len(request.block_hashes)
-            parent = request.block_hashes[-1] if i else None
-            request.block_hashes.append(hash_block(parent, request.token_slice(i * bs, (i + 1) * bs)))
-
-    def _register_full_blocks(self, request: Request) -> None:
-        """Publish the content of blocks that the step filled with computed K/V."""
-        full = request.num_computed_tokens // self.config.block_size
-        if full > request.num_registered_blocks:
-            self._extend_hashes(request)
-            for i in range(request.num_registered_blocks, full):
-                self.pool.cache(request.block_ids[i], request.block_hashes[i])
-            request.num_registered_blocks = full
-
+    # ---- slots and preemption ------------------------------------------------------------
     def _leave_running(self, request: Request) -> None:
         self.running.remove(request)
         assert request.slot is not None
@@ -363,7 +283,7 @@ class PhaseScheduler:
     def _preempt(self, request: Request) -> None:
         """Preempt by recompute: drop the KV, resume later by prefilling every token again."""
         self._leave_running(request)
-        self._release_blocks(request)
+        self.kv.free(request)
         request.num_computed_tokens = 0
         request.prefill_target = 0
         request.status = RequestStatus.PREEMPTED

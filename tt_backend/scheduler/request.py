@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
-
-
-class RequestStatus(enum.Enum):
-    WAITING = "waiting"
-    SKIPPED_WAITING = "skipped_waiting"
-    """Parked until its precondition (e.g. a grammar compile) is ready."""
-    RUNNING = "running"
-    PREEMPTED = "preempted"
-    FINISHED_STOPPED = "stop"
-    FINISHED_LENGTH = "length"
-    FINISHED_ABORTED = "abort"
-    FINISHED_ERROR = "error"
-
-    @property
-    def finished(self) -> bool:
-        return self.value in ("stop", "length", "abort", "error")
 
 
 @dataclass(eq=False)

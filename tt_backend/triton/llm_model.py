@@ -24,6 +24,7 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from tt_backend.config import EngineConfig
+from tt_backend.contract.modes import FinishReason
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
@@ -157,12 +158,12 @@ class TritonPythonModel:
         live = self._live[out.request_id]
         if out.finished:
             del self._live[out.request_id]
-        if out.finish_reason == "abort":
+        if out.finish_reason is FinishReason.ABORT:
             if live.cancel_requested:
                 self._send_error(live.sender, "Request was cancelled", pb_utils.TritonError.CANCELLED)
             else:
                 self._send_error(live.sender, "request aborted: the model is shutting down")
-        elif out.finish_reason == "error":
+        elif out.finish_reason is FinishReason.ERROR:
             self._send_error(live.sender, out.error or "request failed")
         else:
             tensors = live.builder.on_output(out)

@@ -14,14 +14,12 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from tt_backend.engine.outputs import FINISH_REASONS
+from tt_backend.contract.modes import FinishReason, StepMode
 from tt_backend.engine.stats import EngineStats
-from tt_backend.runtime.plan import StepMode
 
 LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
                    7.5, 10.0, 20.0, 40.0, 80.0]
-STEP_MODES: tuple[StepMode, ...] = ("prefill", "decode", "empty")
-SUCCESS_REASONS = ("stop", "length", "abort")
+SUCCESS_REASONS = tuple(reason.value for reason in FinishReason if reason is not FinishReason.ERROR)
 
 
 class EngineMetrics:
@@ -65,7 +63,8 @@ class EngineMetrics:
                            buckets=LATENCY_BUCKETS)
         self.queue = metrics("vllm:request_queue_time_seconds", "Arrival to first admission", histogram,
                              buckets=LATENCY_BUCKETS)
-        self.steps = metrics("tt:steps_total", "Engine steps by mode", counter, {"mode": list(STEP_MODES)})
+        self.steps = metrics("tt:steps_total", "Engine steps by mode", counter,
+                             {"mode": [mode.value for mode in StepMode]})
         self.eager_steps = metrics("tt:eager_steps_total", "Steps executed eagerly", counter)
         self.trace_replays = metrics("tt:trace_replays_total", "Steps executed by replaying a trace",
                                      counter)
@@ -89,7 +88,7 @@ class EngineMetrics:
             if value:
                 counter[(lane, "")].increment(value)
         if stats.step_mode is not None:
-            self.steps[(lane, stats.step_mode)].increment(1)
+            self.steps[(lane, stats.step_mode.value)].increment(1)
         for counter, value in ((self.eager_steps, stats.eager_steps),
                                (self.trace_replays, stats.traced_steps),
                                (self.decode_drains, stats.decode_drains),
@@ -97,10 +96,10 @@ class EngineMetrics:
             if value:
                 counter[(lane, "")].increment(value)
         for done in stats.finished:
-            if done.reason == "error":
+            if done.reason is FinishReason.ERROR:
                 self.failures[(lane, "")].increment(1)
             else:
-                self.success[(lane, done.reason)].increment(1)
+                self.success[(lane, done.reason.value)].increment(1)
             self.e2e[(lane, "")].observe(done.e2e_s)
             for histogram, seconds in ((self.ttft, done.ttft_s), (self.queue, done.queue_time_s),
                                        (self.tpot, done.time_per_output_token_s)):
@@ -113,5 +112,3 @@ class EngineMetrics:
     def engine_failed(self, lane: int = 0) -> None:
         self.engine_failures[(str(lane), "")].increment(1)
 
-
-assert set(SUCCESS_REASONS) | {"error"} == set(FINISH_REASONS)

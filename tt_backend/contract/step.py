@@ -7,9 +7,8 @@ tokens, where they sit in the sequence, and its page table: nothing about reques
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-StepMode = Literal["prefill", "decode", "empty"]
+from tt_backend.contract.modes import StepMode
 
 
 @dataclass(frozen=True)
@@ -37,9 +36,15 @@ class StepPlan:
     rows: tuple[PlannedRow, ...]
 
     def __post_init__(self) -> None:
-        assert (self.mode == "empty") == (not self.rows), "only an empty step has no rows"
-        if self.mode == "decode":
+        object.__setattr__(self, "mode", StepMode(self.mode))  # a plain "decode" reads as its member
+        assert (self.mode is StepMode.EMPTY) == (not self.rows), "only an empty step has no rows"
+        if self.mode is StepMode.DECODE:
             assert all(len(r.token_ids) == 1 and r.sample for r in self.rows)
 
+    @property
+    def num_sampled(self) -> int:
+        """Rows whose last token's logits produce a new token."""
+        return sum(1 for row in self.rows if row.sample)
 
-EMPTY_STEP = StepPlan(mode="empty", rows=())
+
+EMPTY_STEP = StepPlan(mode=StepMode.EMPTY, rows=())

@@ -1,0 +1,191 @@
+"""Output processing: the live state of each request the scheduler does not need, the tokens a
+step sampled turned into outputs (stop and length checks, detokenising, logprobs), and finishing.
+
+A request's stream is a sequence of `RequestOutput`s ending with exactly one final output (its
+finish reason set), whichever way it ends: a stop condition, its length limit, an abort, an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tt_backend.contract.modes import FinishReason, RequestStatus
+from tt_backend.contract.sampling import SampledTokens, TokenLogprobs
+from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
+from tt_backend.engine.outputs import Logprob, PositionLogprobs, RequestOutput
+from tt_backend.engine.stats import FinishedRequestStats
+from tt_backend.engine.stats_collector import StatsCollector
+from tt_backend.engine.step_sampling import RequestSampling, SamplingRow
+from tt_backend.engine.stop_strings import OutputText
+from tt_backend.sampling.host_sampler import bad_word_token_ids
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator
+from tt_backend.scheduler.request import Request
+from tt_backend.scheduler.scheduled_step import SampledToken, ScheduledStep
+
+logger = logging.getLogger(__name__)
+
+OutputCallback = Callable[[RequestOutput], None]
+
+
+@dataclass
+class LiveRequest:
+    """Engine-side state of one request that the scheduler does not need."""
+
+    request: Request
+    detokenizer: IncrementalDetokenizer
+    on_output: OutputCallback
+    sampling: RequestSampling
+    text: OutputText
+    arrival: float
+    admitted: float | None = None
+    first_token: float | None = None
+    last_token: float | None = None
+    logprobs: list[PositionLogprobs] = dataclasses.field(default_factory=list)
+    """Logprobs of tokens not yet handed out (the detokenizer may hold tokens back)."""
+    cumulative_logprob: float = 0.0
+
+    @property
+    def row(self) -> SamplingRow:
+        return SamplingRow(self.request, self.sampling)
+
+
+def tokens_left(request: Request, max_model_len: int) -> int:
+    """Tokens the request may still generate within max_tokens and max_model_len (the one length
+    check: at 0 it finishes with `length`; async decode runs ahead only while it is positive)."""
+    return min(request.sampling.max_tokens - len(request.output_token_ids),
+               max_model_len - request.num_tokens)
+
+
+class OutputProcessor:
+    def __init__(self, scheduler: LaneCoordinator, tokenizer: Tokenizer, eos_token_ids: frozenset[int],
+                 max_model_len: int, stats: StatsCollector, seed: int,
+                 on_finished: Callable[[str], None]) -> None:
+        self.scheduler = scheduler
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.max_model_len = max_model_len
+        self.stats = stats
+        self.live: dict[str, LiveRequest] = {}
+        self._seeds = random.Random(seed)
+        self._on_finished = on_finished
+
+    def admit(self, request: Request, on_output: OutputCallback, arrival: float) -> None:
+        """Start tracking the request and hand it to the scheduler."""
+        params = request.sampling
+        seed = params.seed if params.seed is not None else self._seeds.getrandbits(64)
+        bannable = (() if params.ignore_eos else tuple(sorted(self.eos_token_ids))) + params.stop_token_ids
+        bad_words = bad_word_token_ids(lambda text: self.tokenizer(text, add_special_tokens=False).input_ids,
+                                       params.bad_words) if params.bad_words else ()
+        detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids,
+                                             params.skip_special_tokens)
+        self.live[request.request_id] = LiveRequest(
+            request, detokenizer, on_output, RequestSampling(seed, bannable, bad_words),
+            OutputText(params.stop, params.include_stop_str_in_output), arrival)
+        self.scheduler.add(request)
+
+    def apply(self, step: ScheduledStep, sampled: SampledTokens) -> None:
+        """Hand the step's tokens to the scheduler, then process each (with its logprobs)."""
+        logprobs: dict[str, TokenLogprobs] = {}
+        if sampled.logprobs is not None:
+            rows = zip(step.request_ids, step.plan.rows, strict=True)
+            sampled_ids = [rid for rid, row in rows if row.sample]
+            logprobs = {rid: lp for rid, lp in zip(sampled_ids, sampled.logprobs, strict=True)
+                        if lp is not None}
+        for token in self.scheduler.update(step, list(sampled.tokens)):
+            self._process_token(token, logprobs.get(token.request.request_id))
+
+    def record(self, step: ScheduledStep, sampled: SampledTokens | None, error: Exception | None) -> None:
+        """A step's results are in: its tokens (none for an empty step), or the error it failed with."""
+        if error is not None:
+            self.fail(step, error)
+        elif sampled is not None:
+            self.apply(step, sampled)
+
+    def fail(self, step: ScheduledStep, exc: Exception) -> None:
+        """A step failed: end its (still live) requests with the error; the engine goes on."""
+        logger.error("step failed (%s, %d rows)", step.mode, len(step.plan.rows), exc_info=exc)
+        for request_id in step.request_ids:
+            if request_id in self.live:
+                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
+
+    def finish_all(self, status: RequestStatus, error: str | None = None) -> None:
+        for request_id in list(self.live):
+            self.finish(request_id, status, error=error)
+
+    def finish(self, request_id: str, status: RequestStatus,
+               tokens: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+               error: str | None = None) -> None:
+        """Free the request everywhere and send its one final output (with `tokens`: the context
+        and new token ids it still carries)."""
+        lane = self.scheduler.lane_of[request_id]
+        self.scheduler.finish(request_id, status)
+        live = self.live.pop(request_id)
+        self._on_finished(request_id)
+        context, new = tokens or ((), ())
+        reason = status.finish_reason
+        self.stats.on_finished(lane, _finished_stats(live, reason, time.monotonic()))
+        live.on_output(self._output(live, context, new, reason, error))
+
+    def _process_token(self, sampled: SampledToken, lp: TokenLogprobs | None = None) -> None:
+        request, token = sampled.request, sampled.token_id
+        params = request.sampling
+        live = self.live[request.request_id]
+        if lp is not None:
+            live.logprobs.append(self._position_logprobs(lp))
+            live.cumulative_logprob += lp.logprob
+        now = time.monotonic()
+        self.stats.on_token(self.scheduler.lane_of[request.request_id], len(request.prompt_token_ids),
+                            first=live.first_token is None)
+        live.first_token = live.first_token or now
+        live.last_token = now
+        reason: RequestStatus | None = None
+        if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
+            reason = RequestStatus.FINISHED_STOPPED
+        elif tokens_left(request, self.max_model_len) <= 0:
+            reason = RequestStatus.FINISHED_LENGTH
+        delta = live.detokenizer.add(token, flush=reason is not None)
+        if delta is None:
+            return
+        context, new, text = delta
+        if live.text.append(text) is not None:
+            reason = RequestStatus.FINISHED_STOPPED
+        if reason is not None:
+            self.finish(request.request_id, reason, (context, new))
+        else:
+            live.on_output(self._output(live, context, new))
+
+    def _position_logprobs(self, lp: TokenLogprobs) -> PositionLogprobs:
+        """The sampled token first (as vLLM orders them), then the top alternatives."""
+        decode = self.tokenizer.decode
+        entries = {lp.token_id: Logprob(lp.logprob, lp.rank, decode([lp.token_id]))}
+        for rank, (token, value) in enumerate(lp.top, start=1):
+            entries.setdefault(token, Logprob(value, rank, decode([token])))
+        return entries
+
+    def _output(self, live: LiveRequest, context: tuple[int, ...], new: tuple[int, ...],
+                reason: FinishReason | None = None, error: str | None = None) -> RequestOutput:
+        """The output carrying `new` tokens, the text not handed out yet, and pending logprobs."""
+        asked = live.request.sampling.logprobs is not None
+        logprobs = None
+        if asked:
+            logprobs, live.logprobs = tuple(live.logprobs), []
+        return RequestOutput(live.request.request_id, new, context, live.text.take(reason is not None),
+                             len(live.request.prompt_token_ids), reason, error, logprobs,
+                             live.cumulative_logprob if asked else None)
+
+
+def _finished_stats(live: LiveRequest, reason: FinishReason, now: float) -> FinishedRequestStats:
+    n = len(live.request.output_token_ids)
+    tpot = None
+    if n > 1 and live.first_token is not None and live.last_token is not None:
+        tpot = (live.last_token - live.first_token) / (n - 1)
+    return FinishedRequestStats(
+        reason=reason, num_prompt_tokens=len(live.request.prompt_token_ids), num_generation_tokens=n,
+        queue_time_s=None if live.admitted is None else live.admitted - live.arrival,
+        ttft_s=None if live.first_token is None else live.first_token - live.arrival,
+        e2e_s=now - live.arrival, time_per_output_token_s=tpot)

@@ -1,0 +1,78 @@
+"""StatsCollector: one EngineStats per lane after each step, gathered from the lane coordinator
+(queues, KV usage, preemptions, prefix-cache counters), the execution counters (eager and traced
+steps, decode drains, host-sampling steps) and what output processing tells it (tokens, finished
+requests)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from tt_backend.contract.modes import StepMode
+from tt_backend.engine.stats import EngineStats, FinishedRequestStats
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator
+from tt_backend.scheduler.phase_scheduler import SchedulerStats
+from tt_backend.scheduler.scheduled_step import ScheduledStep
+
+StatsListener = Callable[[EngineStats], None]
+ExecutionCounters = Callable[[], tuple[int, int, int, int]]
+"""Totals so far: eager steps, traced steps, decode drains, host-sampling steps."""
+
+_NO_EXECUTION = (0, 0, 0, 0)
+
+
+class StatsCollector:
+    def __init__(self, scheduler: LaneCoordinator, counters: ExecutionCounters) -> None:
+        self.scheduler = scheduler
+        self.listener: StatsListener | None = None
+        self._counters = counters
+        lanes = range(len(scheduler.lanes))
+        self._finished: dict[int, list[FinishedRequestStats]] = {lane: [] for lane in lanes}
+        self._prompt_tokens = dict.fromkeys(lanes, 0)  # since the last report
+        self._generation_tokens = dict.fromkeys(lanes, 0)
+        self._reported = {lane: SchedulerStats() for lane in lanes}
+        self._reported_counters = _NO_EXECUTION
+
+    def on_token(self, lane: int, num_prompt_tokens: int, first: bool) -> None:
+        """A generated token; the request's first also counts its prompt."""
+        if first:
+            self._prompt_tokens[lane] += num_prompt_tokens
+        self._generation_tokens[lane] += 1
+
+    def on_finished(self, lane: int, stats: FinishedRequestStats) -> None:
+        self._finished[lane].append(stats)
+
+    @property
+    def has_finished(self) -> bool:
+        """Whether finished requests wait for the next report."""
+        return any(self._finished.values())
+
+    def report(self, step: ScheduledStep | None) -> None:
+        """One EngineStats per lane. A lane's step mode is the step's if it had rows in it, else
+        `empty`; execution counters (eager/traced steps, drains) go to the lanes that had rows."""
+        if self.listener is None:
+            return
+        took_part = set() if step is None else self.scheduler.lanes_in(step)
+        now = self._counters()
+        executed = tuple(a - b for a, b in zip(now, self._reported_counters, strict=True))
+        self._reported_counters = now
+        for lane, sched in enumerate(self.scheduler.lanes):
+            last = self._reported[lane]
+            mode: StepMode | None = None
+            if step is not None:
+                mode = step.mode if lane in took_part else StepMode.EMPTY
+            counts = executed if lane in took_part else _NO_EXECUTION
+            stats = EngineStats(
+                lane=lane, step_mode=mode, num_running=len(sched.running),
+                num_waiting=len(sched.waiting) + len(sched.skipped), kv_cache_usage=sched.pool.usage,
+                prompt_tokens=self._prompt_tokens[lane], generation_tokens=self._generation_tokens[lane],
+                preemptions=sched.stats.preemptions - last.preemptions,
+                prefix_cache_queries=sched.stats.prefix_cache_queries - last.prefix_cache_queries,
+                prefix_cache_hits=sched.stats.prefix_cache_hits - last.prefix_cache_hits,
+                eager_steps=counts[0], traced_steps=counts[1], decode_drains=counts[2],
+                host_sampling_steps=counts[3],
+                finished=tuple(self._finished[lane]))
+            self._reported[lane] = dataclasses.replace(sched.stats)
+            self._prompt_tokens[lane] = self._generation_tokens[lane] = 0
+            self._finished[lane] = []
+            self.listener(stats)
