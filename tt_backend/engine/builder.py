@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
-from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -28,33 +25,9 @@ from tt_backend.runtime.config import (
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig
 from tt_backend.runtime.prefill_plan import DENSE_BATCHES, PHYSICAL_BATCHES, PrefillPlanConfig
 from tt_backend.runtime.runner import ModelRunner
+from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def load_tokenizer(model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model_dir)
-
-
-def encode_chat(tokenizer: Any, user_message: str) -> list[int]:
-    """Token ids of `user_message` as one user turn, ready for the assistant's answer."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                         add_generation_prompt=True, tokenize=False)
-    # The template already holds any BOS it wants: add no special tokens a second time.
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
-
-
-def eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> frozenset[int]:
-    """EOS ids from generation_config.json (int or list) plus the tokenizer's."""
-    ids: set[int] = set() if tokenizer_eos is None else {tokenizer_eos}
-    gen = model_dir / "generation_config.json"
-    if gen.is_file():
-        with open(gen, encoding="utf-8") as f:
-            value = json.load(f).get("eos_token_id")
-        ids.update(value if isinstance(value, list) else [] if value is None else [value])
-    return frozenset(ids)
 
 
 def import_processor_modules(names: str) -> None:

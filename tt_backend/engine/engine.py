@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tt_backend.config import EngineConfig
-from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
 from tt_backend.engine.outputs import FINISH_REASONS, FinishReason, Logprob, PositionLogprobs, RequestOutput
 from tt_backend.engine.stats import EngineStats, FinishedRequestStats
 from tt_backend.engine.step_sampling import (
@@ -45,6 +44,7 @@ from tt_backend.sampling.processors import lookup
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator, MergedStep
 from tt_backend.scheduler.phase_scheduler import SampledToken, ScheduledStep, SchedulerConfig, SchedulerStats
 from tt_backend.scheduler.request import Request, RequestStatus
+from tt_backend.text.detokenizer import IncrementalDetokenizer, Tokenizer
 
 logger = logging.getLogger(__name__)
 
