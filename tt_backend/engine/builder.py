@@ -14,6 +14,7 @@ from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.loader import load_model
+from tt_backend.models.registry import build_registry
 from tt_backend.models.spec import ModelSpec
 from tt_backend.runtime.config import (
     DecodeRuntimeConfig,
@@ -46,7 +47,9 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels)
     logger.info("%s", plan.describe())
     dtype = plan.activations
-    loaded = load_model(model_dir, plan)
+    registry = build_registry("torch", extra_models_dir=config.extra_models_dir,
+                              builtin=config.builtin_models)
+    loaded = load_model(model_dir, plan, registry)
     cfg = loaded.spec
     per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
     caps = loaded.capabilities
@@ -98,7 +101,8 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
     # only their capture; CUDA graphs and compiled programs cost memory or time per shape.
     batches = DENSE_BATCHES if device.type == "cpu" else PHYSICAL_BATCHES
     plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
-                                     lanes * config.max_num_seqs, config.max_num_batched_tokens, batches)
+                                     lanes * config.max_num_seqs, config.max_num_batched_tokens, batches,
+                                     batching_disabled=config.disable_batched_prefill)
     trace = TraceConfig.resolve(config.trace_mode, device.type)
     return ModelRunner(module, kv, layout, TorchDevice(device), trace,
                        DecodeRuntimeConfig.resolve(layout, lanes * config.max_num_seqs),
