@@ -281,8 +281,8 @@ def main() -> None:
     parser.add_argument("--cpu-isa", default="", help="serve ours once per level (comma-separated), named "
                         "ours:<level>; with the c=1 bandwidth limit of each")
     args = parser.parse_args()
-    from tt_backend.engine.builder import load_tokenizer
     from tt_backend.models.checkpoint import resolve_model_dir
+    from tt_backend.text.tokenizer import load_tokenizer
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model_dir("")

@@ -86,8 +86,9 @@ def engine_throughput(model_dir: Path, dtype: str, device: str, concurrency: int
     """Output tokens/s of the engine serving `concurrency` requests queued before it starts, over
     `lanes` lanes of concurrency / lanes sequences each; `sampling`: SamplingParams fields of every
     request (default: temperature 1), `options`: more EngineConfig fields."""
-    from tt_backend.engine.builder import build_engine, encode_chat
+    from tt_backend.engine.builder import build_engine
     from tt_backend.sampling.params import SamplingParams
+    from tt_backend.text.tokenizer import encode_chat
 
     engine = build_engine(EngineConfig(model=str(model_dir), dtype=dtype, device=device,  # type: ignore[arg-type]
                                        max_model_len=1024, max_num_seqs=concurrency // lanes,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tt_backend.engine.builder import encode_chat, load_tokenizer
 from tt_backend.models.checkpoint import resolve_model_dir
+from tt_backend.text.tokenizer import encode_chat, load_tokenizer
 
 # Chat prompts for exactness tests; greedy answers of the default model include accented
 # letters (Spanish, French) and Japanese cut mid-character by max_tokens.

@@ -2,16 +2,19 @@
 
 `config.pbtxt` parameters map one-to-one to these fields (see `from_parameters`). Options whose
 value depends on the model (`max_model_len`, the KV cache size) are resolved by the engine once
-the model is known, through `resolve_for_model`.
+the model is known, through `resolve_for_model`. A few options default to an environment variable
+(named in their docstring), read when the config is built; an explicit value wins.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from tt_backend.contract.modes import Named, SampleOnDeviceMode, TraceMode
@@ -31,6 +34,18 @@ _REJECTED_OPTIONS: dict[str, str] = {
     "pipeline_parallel_size": "pipeline parallelism comes from the mesh shape; use the mesh shape "
     "(`mesh_device`) instead of pipeline_parallel_size",
 }
+
+
+def _batched_prefill_disabled_by_env() -> bool:
+    return os.environ.get("DISABLE_BATCHED_PREFILL", "0") not in ("", "0")
+
+
+def _builtin_models_from_env() -> bool:
+    return os.environ.get("TT_VLLM_BUILTIN_MODELS", "1") != "0"
+
+
+def _extra_models_dir_from_env() -> str:
+    return os.environ.get("EXTRA_MODELS_DIR", "")
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,15 @@ class EngineConfig:
     CPU's fails the load."""
     logits_processor_modules: str = ""
     """Comma-separated Python modules imported at start; they register custom logits processors."""
+    disable_batched_prefill: bool = field(default_factory=_batched_prefill_disabled_by_env)
+    """Prefill every prompt in its own wave, never batched with others. Default from the env
+    DISABLE_BATCHED_PREFILL: set and neither empty nor "0" disables."""
+    builtin_models: bool = field(default_factory=_builtin_models_from_env)
+    """Register the builtin implementations (false: only the bundles of extra_models_dir). Default
+    from the env TT_VLLM_BUILTIN_MODELS: "0" turns them off, any other value or unset keeps them."""
+    extra_models_dir: str = field(default_factory=_extra_models_dir_from_env)
+    """A folder of model bundles (one folder each, with vllm_metadata.json) registered next to the
+    builtins; empty: none. Default from the env EXTRA_MODELS_DIR."""
     enable_lora: bool = False
     speculative_config: str = ""
     num_speculative_tokens: int = 0
@@ -100,10 +124,10 @@ class EngineConfig:
         _check_choice("dtype", self.dtype, typing.get_args(Dtype))
         _check_choice("device", self.device, typing.get_args(DeviceName))
         hints = typing.get_type_hints(type(self))
-        for field in dataclasses.fields(self):  # a plain string names its member
-            kind = hints[field.name]
+        for option in dataclasses.fields(self):  # a plain string names its member
+            kind = hints[option.name]
             if isinstance(kind, type) and issubclass(kind, Named):
-                object.__setattr__(self, field.name, kind.parse(field.name, getattr(self, field.name)))
+                object.__setattr__(self, option.name, kind.parse(option.name, getattr(self, option.name)))
         _check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
         _check_choice("cpu_isa", self.cpu_isa, typing.get_args(CpuIsaName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
@@ -120,6 +144,9 @@ class EngineConfig:
             raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.extra_models_dir and not Path(self.extra_models_dir).is_dir():
+            raise ValueError(f"extra_models_dir={self.extra_models_dir!r} is not a directory "
+                             "(the option, or the env EXTRA_MODELS_DIR)")
         if self.enable_lora:
             raise ValueError("enable_lora=true: LoRA adapters are not supported yet")
         if self.speculative_config or self.num_speculative_tokens:

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from tt_backend.config import EngineConfig
@@ -29,6 +31,10 @@ def test_parameters_parse_by_field_type() -> None:
     ({"max_num_seqs": "64", "max_num_batched_tokens": "32"}, "a full decode step would not fit"),
     ({"decode_steps_between_prefills": "-1"}, "decode_steps_between_prefills must be >= 0"),
     ({"cpu_kernels": "fast"}, "cpu_kernels='fast' is not one of auto, native, torch"),
+    ({"builtin_models": "maybe"}, "builtin_models='maybe' is not a boolean"),
+    ({"disable_batched_prefill": "2"}, "disable_batched_prefill='2' is not a boolean"),
+    ({"extra_models_dir": "/nonexistent/bundles"},
+     "extra_models_dir='/nonexistent/bundles' is not a directory"),
 ])
 def test_bad_parameters_name_the_option(params: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError) as err:
@@ -60,3 +66,56 @@ def test_features_follow_model_declarations() -> None:
     # Without chunking, a prompt of max_model_len must fit one step's budget.
     with pytest.raises(ValueError, match="max_num_batched_tokens=2048 is smaller than max_model_len=8192"):
         unset.resolve_for_model(8192, 1024, True, False)
+
+
+ENV_OPTIONS = ("DISABLE_BATCHED_PREFILL", "TT_VLLM_BUILTIN_MODELS", "EXTRA_MODELS_DIR")
+
+
+@pytest.mark.parametrize("env, disable_batched_prefill, builtin_models", [
+    ({}, False, True),
+    ({"DISABLE_BATCHED_PREFILL": "", "TT_VLLM_BUILTIN_MODELS": ""}, False, True),
+    ({"DISABLE_BATCHED_PREFILL": "0", "TT_VLLM_BUILTIN_MODELS": "0"}, False, False),
+    ({"DISABLE_BATCHED_PREFILL": "1", "TT_VLLM_BUILTIN_MODELS": "1"}, True, True),
+    # Any other value counts as set, as it always did: "false" disables batching, keeps builtins.
+    ({"DISABLE_BATCHED_PREFILL": "false", "TT_VLLM_BUILTIN_MODELS": "false"}, True, True),
+])
+def test_env_options_default_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch, env: dict[str, str], disable_batched_prefill: bool,
+        builtin_models: bool) -> None:
+    for name in ENV_OPTIONS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = EngineConfig()
+    assert (cfg.disable_batched_prefill, cfg.builtin_models, cfg.extra_models_dir) == (
+        disable_batched_prefill, builtin_models, "")
+
+
+def test_parameters_override_the_environment_and_survive_resolve(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DISABLE_BATCHED_PREFILL", "1")
+    monkeypatch.setenv("TT_VLLM_BUILTIN_MODELS", "0")
+    monkeypatch.setenv("EXTRA_MODELS_DIR", str(tmp_path))
+    from_env = EngineConfig()
+    assert (from_env.disable_batched_prefill, from_env.builtin_models, from_env.extra_models_dir) == (
+        True, False, str(tmp_path))
+    cfg = EngineConfig.from_parameters({"disable_batched_prefill": "false", "tt.builtin_models": "true",
+                                        "extra_models_dir": ""})
+    assert (cfg.disable_batched_prefill, cfg.builtin_models, cfg.extra_models_dir) == (False, True, "")
+    for name in ENV_OPTIONS:
+        monkeypatch.delenv(name)
+    resolved = from_env.resolve_for_model(8192, 1024)  # the values were read once, at construction
+    assert (resolved.disable_batched_prefill, resolved.builtin_models, resolved.extra_models_dir) == (
+        True, False, str(tmp_path))
+
+
+def test_extra_models_dir_from_the_environment_must_be_a_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EXTRA_MODELS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ValueError) as err:
+        EngineConfig()
+    assert str(err.value) == (f"extra_models_dir={str(tmp_path / 'missing')!r} is not a directory "
+                              "(the option, or the env EXTRA_MODELS_DIR)")
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match="is not a directory"):
+        EngineConfig(extra_models_dir=str(tmp_path / "file"))

@@ -2,7 +2,7 @@ from typing import Any
 
 import pytest
 
-from tt_backend.engine.detokenizer import IncrementalDetokenizer, delta_text
+from tt_backend.text.detokenizer import IncrementalDetokenizer, delta_text
 
 TEXTS = [
     "Hello world, it's a test.",

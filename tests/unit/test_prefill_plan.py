@@ -1,5 +1,6 @@
 import pytest
 
+from tt_backend.config import EngineConfig
 from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.runtime.prefill_plan import (
     DENSE_BATCHES,
@@ -70,6 +71,20 @@ def test_bucket_over_max_wave_tokens_is_cut_into_the_fewest_fitting_waves() -> N
 
 def test_disable_batched_prefill_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISABLE_BATCHED_PREFILL", "1")
-    config = PrefillPlanConfig.resolve(True, 32, 8, 2048)
+    assert EngineConfig().disable_batched_prefill is True
+    config = PrefillPlanConfig.resolve(True, 32, 8, 2048,
+                                       batching_disabled=EngineConfig().disable_batched_prefill)
     assert config == PrefillPlanConfig(False, 8, 2048, max_wave_tokens=2048)
     assert plan_prefill(rows(5, 6), config) == (PrefillWave((0,), 1, 16), PrefillWave((1,), 1, 16))
+
+
+def test_resolve_honours_the_explicit_argument_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISABLE_BATCHED_PREFILL", "1")
+    assert PrefillPlanConfig.resolve(True, 32, 8, 2048, batching_disabled=False) == \
+        PrefillPlanConfig(True, 8, 2048, max_wave_tokens=2048)
+    monkeypatch.delenv("DISABLE_BATCHED_PREFILL")
+    assert PrefillPlanConfig.resolve(True, 32, 8, 2048, batching_disabled=True) == \
+        PrefillPlanConfig(False, 8, 2048, max_wave_tokens=2048)
+    # The model's own support still decides when the user does not disable it.
+    assert PrefillPlanConfig.resolve(False, 32, 8, 2048, batching_disabled=False) == \
+        PrefillPlanConfig(False, 8, 2048, max_wave_tokens=2048)

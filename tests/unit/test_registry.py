@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from tt_backend.config import EngineConfig
 from tt_backend.models.llama import LlamaForCausalLM, Qwen3ForCausalLM
 from tt_backend.models.registry import build_registry
 
@@ -35,7 +36,19 @@ def test_bundles_register_and_broken_ones_are_skipped(caplog: pytest.LogCaptureF
 def test_builtin_models_off_leaves_only_bundles(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TT_VLLM_BUILTIN_MODELS", "0")
     monkeypatch.setenv("EXTRA_MODELS_DIR", str(BUNDLES))
-    assert build_registry("torch").names() == ["BundleLlamaForCausalLM"]
+    config = EngineConfig()
+    assert (config.builtin_models, config.extra_models_dir) == (False, str(BUNDLES))
+    registry = build_registry("torch", extra_models_dir=config.extra_models_dir,
+                              builtin=config.builtin_models)
+    assert registry.names() == ["BundleLlamaForCausalLM"]
+
+
+def test_build_registry_reads_its_arguments_not_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TT_VLLM_BUILTIN_MODELS", "0")
+    monkeypatch.setenv("EXTRA_MODELS_DIR", str(BUNDLES))
+    assert build_registry("torch", extra_models_dir="", builtin=True).names() == [
+        "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+    assert build_registry("torch", extra_models_dir="", builtin=False).names() == []
 
 
 def test_tt_platform_uses_the_tt_prefix_and_needs_ttnn() -> None:

@@ -164,3 +164,16 @@ def test_cleanup_runs_in_order_once_and_retries_failed_releases(model: LoadedMod
     assert r.cleanup_log.events[-1] == "traces" and len(r.cleanup_log.events) == 6
     assert calls == [1, 1] and not r.cleanup_log.orphans
     assert not r.kv.bound and r.traces.shapes == ()
+
+
+def test_disable_batched_prefill_reaches_the_prefill_plan(model: LoadedModel,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISABLE_BATCHED_PREFILL", "1")
+    for config, batched in ((EngineConfig(dtype="float32", max_model_len=256, trace_mode="none"), False),
+                            (EngineConfig(dtype="float32", max_model_len=256, trace_mode="none",
+                                          disable_batched_prefill=False), True)):
+        config = config.resolve_for_model(8192, 1)
+        r = build_runner(config, model.module, model.capabilities, model.spec, torch.float32,
+                         torch.device("cpu"))
+        assert r.eager.prefill.plan.batching_supported is batched
+        r.close()

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
-from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -17,6 +14,7 @@ from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.loader import load_model
+from tt_backend.models.registry import build_registry
 from tt_backend.models.spec import ModelSpec
 from tt_backend.runtime.config import (
     DecodeRuntimeConfig,
@@ -29,33 +27,9 @@ from tt_backend.runtime.kv_cache import PagedKVCacheConfig
 from tt_backend.runtime.prefill_plan import DENSE_BATCHES, PHYSICAL_BATCHES, PrefillPlanConfig
 from tt_backend.runtime.runner import ModelRunner
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
+from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
-
-
-def load_tokenizer(model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(model_dir)
-
-
-def encode_chat(tokenizer: Any, user_message: str) -> list[int]:
-    """Token ids of `user_message` as one user turn, ready for the assistant's answer."""
-    text = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                         add_generation_prompt=True, tokenize=False)
-    # The template already holds any BOS it wants: add no special tokens a second time.
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
-
-
-def eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> frozenset[int]:
-    """EOS ids from generation_config.json (int or list) plus the tokenizer's."""
-    ids: set[int] = set() if tokenizer_eos is None else {tokenizer_eos}
-    gen = model_dir / "generation_config.json"
-    if gen.is_file():
-        with open(gen, encoding="utf-8") as f:
-            value = json.load(f).get("eos_token_id")
-        ids.update(value if isinstance(value, list) else [] if value is None else [value])
-    return frozenset(ids)
 
 
 def import_processor_modules(names: str) -> None:
@@ -74,7 +48,9 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels)
     logger.info("%s", plan.describe())
     dtype = plan.activations
-    loaded = load_model(model_dir, plan)
+    registry = build_registry("torch", extra_models_dir=config.extra_models_dir,
+                              builtin=config.builtin_models)
+    loaded = load_model(model_dir, plan, registry)
     cfg = loaded.spec
     per_token = PagedKVCacheConfig.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype)
     caps = loaded.capabilities
@@ -141,7 +117,8 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
     # only their capture; CUDA graphs and compiled programs cost memory or time per shape.
     batches = DENSE_BATCHES if device.type == "cpu" else PHYSICAL_BATCHES
     plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
-                                     lanes * config.max_num_seqs, config.max_num_batched_tokens, batches)
+                                     lanes * config.max_num_seqs, config.max_num_batched_tokens, batches,
+                                     batching_disabled=config.disable_batched_prefill)
     trace = TraceConfig.resolve(config.trace_mode, device.type)
     return ModelRunner(module, kv, layout, TorchDevice(device), trace,
                        DecodeRuntimeConfig.resolve(layout, lanes * config.max_num_seqs),

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import RequestStatus, StepMode
-from tt_backend.engine.detokenizer import Tokenizer
 from tt_backend.engine.output_processor import OutputCallback, OutputProcessor
 from tt_backend.engine.pipeline import StepPipeline
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
@@ -29,6 +28,7 @@ from tt_backend.sampling.processors import lookup
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
+from tt_backend.text.detokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 

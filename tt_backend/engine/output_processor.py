@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from tt_backend.contract.modes import FinishReason, RequestStatus
 from tt_backend.contract.sampling import SampledTokens, TokenLogprobs
-from tt_backend.engine.detokenizer import IncrementalDetokenizer, Tokenizer
 from tt_backend.engine.outputs import Logprob, PositionLogprobs, RequestOutput
 from tt_backend.engine.stats import FinishedRequestStats
 from tt_backend.engine.stats_collector import StatsCollector
@@ -26,6 +25,7 @@ from tt_backend.sampling.host_sampler import bad_word_token_ids
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import SampledToken, ScheduledStep
+from tt_backend.text.detokenizer import IncrementalDetokenizer, Tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -36,9 +36,11 @@ def read_hf_config(model_dir: Path) -> dict[str, Any]:
 
 
 def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | None = None) -> LoadedModel:
-    """The checkpoint's registered implementation with its weights, laid out as `plan` says."""
+    """The checkpoint's registered implementation with its weights, laid out as `plan` says;
+    `registry` None: the builtin torch implementations only."""
     hf_config = read_hf_config(model_dir)
-    entry = (registry or build_registry()).find(hf_config.get("architectures") or [])
+    registry = registry or build_registry("torch", extra_models_dir="", builtin=True)
+    entry = registry.find(hf_config.get("architectures") or [])
     cls = entry.resolve()
     with torch.device("meta"):
         module = cls.from_hf_config(hf_config)  # type: ignore[attr-defined]

@@ -3,12 +3,13 @@
 - torch: our implementations, registered under the HF name (`LlamaForCausalLM`, ...).
 - Tenstorrent: `TT<Arch>` names map to TT-Metal generator classes, resolved lazily and only
   when `ttnn` is importable (unverified on hardware here).
-- Bundles: each folder of `EXTRA_MODELS_DIR` holds `vllm_metadata.json` (`arch`, `main_class`
-  as `module:Class`) and its adapter code; it registers as `TT<arch>` on Tenstorrent and as
-  `arch` on torch. A broken bundle is skipped with a warning naming its folder.
-  `TT_VLLM_BUILTIN_MODELS=0` narrows the registry to the bundles. On torch the adapter is
-  imported at startup, so an import error skips the bundle there; on Tenstorrent it is imported
-  when first resolved (it needs ttnn), and only metadata errors show at startup.
+- Bundles: each folder of `extra_models_dir` (EngineConfig; env EXTRA_MODELS_DIR) holds
+  `vllm_metadata.json` (`arch`, `main_class` as `module:Class`) and its adapter code; it registers
+  as `TT<arch>` on Tenstorrent and as `arch` on torch. A broken bundle is skipped with a warning
+  naming its folder. `builtin_models=false` (env TT_VLLM_BUILTIN_MODELS=0) narrows the registry
+  to the bundles. On torch the adapter is imported at startup, so an import error skips the
+  bundle there; on Tenstorrent it is imported when first resolved (it needs ttnn), and only
+  metadata errors show at startup.
 An implementation class provides `from_hf_config(hf_config) -> module`, a `capabilities`
 class attribute (ModelCapabilities), and on the module `spec` (ModelSpec) and
 `forward(batch, kv_cache) -> logits`.
@@ -20,7 +21,6 @@ import importlib
 import importlib.util
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -128,13 +128,8 @@ class ModelRegistry:
                          f"known: {', '.join(self.names()) or '(none)'}")
 
 
-def build_registry(platform: Platform = "torch", extra_models_dir: str | None = None,
-                   builtin: bool | None = None) -> ModelRegistry:
-    """Builtins (unless TT_VLLM_BUILTIN_MODELS=0) plus the bundles of EXTRA_MODELS_DIR."""
-    if builtin is None:
-        builtin = os.environ.get("TT_VLLM_BUILTIN_MODELS", "1") != "0"
-    if extra_models_dir is None:
-        extra_models_dir = os.environ.get("EXTRA_MODELS_DIR", "")
+def build_registry(platform: Platform = "torch", *, extra_models_dir: str, builtin: bool) -> ModelRegistry:
+    """The builtins (when `builtin`) plus the bundles of `extra_models_dir` ("" = none)."""
     registry = ModelRegistry(platform)
     if builtin:
         for arch, path in (TT_BUILTINS if platform == "tt" else TORCH_BUILTINS).items():

@@ -9,7 +9,7 @@ padded-16 wave), or in the denser DENSE_BATCHES where the device allows. A bucke
 wave would exceed `max_wave_tokens` is cut into the fewest waves that fit (this bounds the set of
 shapes, so every one of them can be compiled and traced ahead of time). A bucket falls back to sequential
 single-row waves, each still padded to its length bucket, when:
-- batched prefill is unsupported by the model, or disabled (`DISABLE_BATCHED_PREFILL=1`);
+- batched prefill is unsupported by the model, or disabled (`disable_batched_prefill`);
 - its padded batch exceeds the model's maximum physical prefill batch or the lane capacity;
 - any row has cached tokens (prefix hit or a later chunk: start_position > 0);
 - its padded sequence length exceeds the regular prefill chunk size;
@@ -22,7 +22,6 @@ in the original row order through `source_rows`.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from tt_backend.contract.step import PlannedRow, StepPlan
@@ -54,9 +53,10 @@ class PrefillPlanConfig:
 
     @classmethod
     def resolve(cls, batching_supported: bool, model_max_batch: int, lane_capacity: int,
-                regular_chunk_size: int, batches: tuple[int, ...] = PHYSICAL_BATCHES) -> PrefillPlanConfig:
-        disabled = os.environ.get("DISABLE_BATCHED_PREFILL", "0") not in ("", "0")
-        return cls(batching_supported and not disabled, min(model_max_batch, lane_capacity),
+                regular_chunk_size: int, batches: tuple[int, ...] = PHYSICAL_BATCHES, *,
+                batching_disabled: bool) -> PrefillPlanConfig:
+        """`batching_supported`: by the model; `batching_disabled`: by the user."""
+        return cls(batching_supported and not batching_disabled, min(model_max_batch, lane_capacity),
                    regular_chunk_size, min(regular_chunk_size, MAX_WAVE_TOKENS - 1), batches)
 
     def padded_batch(self, n: int) -> int:

@@ -5,7 +5,7 @@ Preprocessing treats `text_input` as a user message and applies the model's chat
 the tokenizer has one (`apply_chat_template`, default true): an instruct model answers a plain
 question instead of ending at once. Clients that send already-templated text set it false.
 Postprocessing is stateless: `tt_llm` sends with every `output_ids` the `context_ids` that
-decoding them exactly needs (see tt_backend.engine.detokenizer).
+decoding them exactly needs (see tt_backend.text.detokenizer).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tt_backend.engine.builder import encode_chat, load_tokenizer
-from tt_backend.engine.detokenizer import delta_text
 from tt_backend.models.checkpoint import resolve_model_dir
+from tt_backend.text.detokenizer import delta_text
+from tt_backend.text.tokenizer import encode_chat, load_tokenizer
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import single_text
 from tt_backend.triton.response_builder import string_tensor
