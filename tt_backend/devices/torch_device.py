@@ -1,12 +1,12 @@
 """The torch device: CPU by default, CUDA when present (or asked for).
 
-One small interface, shaped like a Tenstorrent mesh device's so the runtime above it does not
-care which it drives:
-- `capture(fn, inputs)`: record a step once over persistent input tensors (begin/end trace
-  capture); the returned `Capture` replays it after the caller refreshed those inputs in place.
+It implements `devices.device.Device`, the protocol a ttnn mesh device implements too:
+- `allocate` and `copy_in`: persistent tensors and in-place refreshes of them;
+- `capture(step, inputs)`: record a `StagedStep` once over persistent input tensors (begin/end
+  trace capture); the returned `Capture` replays it after the caller refreshed those inputs;
 - `launch(work)`: enqueue work in device order and return a `Launched` whose `host()` blocks
-  until the result is on the host (an asynchronous read with an event to wait on).
-- `synchronize()`, and `release()` of captures.
+  until the result is on the host (an asynchronous read with an event to wait on);
+- `synchronize()`, and `release()` of captures and the device queue.
 
 CPU capture is a TorchScript trace of the step (measured fastest here; see `capture_cpu`), CUDA
 capture is a CUDA graph. CPU work launched asynchronously runs on one device thread, in order,
@@ -22,11 +22,11 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Protocol
 
 import torch
 
-StepFn = Callable[..., torch.Tensor]
+from tt_backend.devices.device import Capture, Launched, StagedStep, StepFn
+
 _Graph = torch.jit.ScriptFunction | torch.jit.ScriptModule
 _Jobs = queue.SimpleQueue[tuple[Callable[[], torch.Tensor], Future[torch.Tensor]] | None]
 
@@ -49,22 +49,6 @@ def select_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("device='cuda' but torch sees no CUDA device")
     return torch.device(name)
-
-
-class Capture(Protocol):
-    def replay(self) -> torch.Tensor:
-        """Run the recorded step on the current contents of its persistent inputs."""
-
-    def release(self) -> None: ...
-
-
-class Launched(Protocol):
-    def host(self) -> torch.Tensor:
-        """Block until the result is on the host; return it."""
-
-    def device_value(self) -> torch.Tensor:
-        """The result where the device holds it, for work launched after this one (which runs
-        after it, in device order)."""
 
 
 class _ComposedCapture:
@@ -181,24 +165,31 @@ class TorchDevice:
         took ~2 s a run, at the smallest milliseconds."""
         return self.kind == "cuda"
 
-    def capture(self, fn: StepFn, inputs: Sequence[torch.Tensor]) -> Capture:
+    # ---- persistent tensors ---------------------------------------------------------------------
+    def allocate(self, shape: Sequence[int], dtype: torch.dtype, fill: float | int = 0) -> torch.Tensor:
+        return torch.full(tuple(shape), fill, dtype=dtype, device=self.device)
+
+    def copy_in(self, host: torch.Tensor, into: torch.Tensor) -> None:
+        into.copy_(host, non_blocking=True)
+
+    def capture(self, step: StagedStep, inputs: Sequence[torch.Tensor]) -> Capture:
         inputs = tuple(inputs)
         if self.kind == "cuda":
-            return self._capture_cuda(fn, inputs)
-        return self._capture_cpu(fn, inputs)
+            return self._capture_cuda(step, inputs)
+        return self._capture_cpu(step, inputs)
 
-    def _capture_cpu(self, fn: StepFn, inputs: tuple[torch.Tensor, ...]) -> Capture:
+    def _capture_cpu(self, step: StagedStep, inputs: tuple[torch.Tensor, ...]) -> Capture:
         # Measured on the default model (bench/decode.py): a TorchScript trace removes the Python
         # dispatch of ~900 ops per step; torch.compile (inductor) took 72 s per shape to compile
         # and ran 1.6 s per step (it copies the whole KV cache it mutates), so it is not used.
-        body, head, split = getattr(fn, "body", None), getattr(fn, "head", None), getattr(fn, "head_from", 0)
-        if body is None or head is None:
-            return _ScriptCapture(self._trace(fn, inputs), inputs)
+        head = step.head
+        if head is None:
+            return _ScriptCapture(self._trace(step.body, inputs), inputs)
         # A two-stage step (the model, then sampling): the model's trace (~1 s) is shared by every
         # stage after it, and each head traces in milliseconds.
-        body_capture = _ScriptCapture(self._trace(body, inputs), inputs)
-        head_inputs = inputs[split:]
-        if not getattr(head, "traceable", True):  # it branches on the host: runs as it is
+        body_capture = _ScriptCapture(self._trace(step.body, inputs), inputs)
+        head_inputs = inputs[step.head_from:]
+        if not step.head_traceable:  # it branches on the host: runs as it is
             return _ComposedCapture(body_capture, head, head_inputs)
         graph = self._graphs.get(head)
         if graph is None:
@@ -216,7 +207,7 @@ class TorchDevice:
             self._graphs[fn] = graph
         return graph
 
-    def _capture_cuda(self, fn: StepFn, inputs: tuple[torch.Tensor, ...]) -> Capture:
+    def _capture_cuda(self, fn: StagedStep, inputs: tuple[torch.Tensor, ...]) -> Capture:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream()
@@ -244,13 +235,13 @@ class TorchDevice:
                 read.host()
             return read
         if not asynchronous:
-            self.wait_idle()
+            self.synchronize()
             return _Ready(work())
         future: Future[torch.Tensor] = Future()
         self._device_queue().put((work, future))
         return _FromThread(future)
 
-    def wait_idle(self) -> None:
+    def synchronize(self) -> None:
         """Block until every launched piece of work has finished."""
         if self.kind == "cuda":
             torch.cuda.synchronize(self.device)

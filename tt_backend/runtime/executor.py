@@ -19,6 +19,7 @@ from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.contract.modes import DEVICE_VARIANTS, OPERATIONS, StepMode, StepVariant
 from tt_backend.contract.sampling import SamplingPlan, SamplingTensors
 from tt_backend.contract.step import StepPlan
+from tt_backend.devices.device import StagedStep
 from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepKey, StepShape
 from tt_backend.runtime.inputs import prepare_host_inputs, to_device
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
@@ -67,32 +68,23 @@ class SamplingHead(nn.Module):
         return select_tokens(logits, sampling, self.variant, self.may_branch)
 
 
-class SampledStep(nn.Module):
-    """A device variant of the step: the model, then the token choice, as one step. A device may
-    capture `body` once for every variant and `head` per variant (see TorchDevice.capture)."""
-
-    head_from = 7
-    """The head reads the body's output, then the step's inputs from this index (the sampling ones)."""
-
-    def __init__(self, body: ModelStep, variant: StepVariant, may_branch: bool = False) -> None:
-        super().__init__()
-        self.body = body
-        self.head = SamplingHead(variant, may_branch)
-
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        tokens: torch.Tensor = self.head(self.body(*inputs), *inputs[self.head_from:])
-        return tokens
+HEAD_FROM = 7
+"""A sampling head reads the model's logits, then the step's inputs from this index (the sampling ones)."""
 
 
-def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[StepKey, nn.Module]:
-    """One step function per operation and variant, over the same model. On the CPU the sampling
-    head may branch on the host (the step runs there); a CUDA step is one graph and may not."""
+def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[StepKey, StagedStep]:
+    """One step per operation and variant, over the same model: the `logits` variant is the model
+    alone, a device variant is the model, then its sampling head (a device may capture the model
+    once for every variant and each head on its own). On the CPU the sampling head may branch on
+    the host (the step runs there); a CUDA step is one graph and may not."""
     may_branch = device is None or device.type == "cpu"
-    steps: dict[StepKey, nn.Module] = {}
+    steps: dict[StepKey, StagedStep] = {}
     for op in OPERATIONS:
         body = ModelStep(model, decode=op is StepMode.DECODE)
-        steps[op, StepVariant.LOGITS] = body
-        steps.update({(op, variant): SampledStep(body, variant, may_branch) for variant in DEVICE_VARIANTS})
+        steps[op, StepVariant.LOGITS] = StagedStep(body)
+        for variant in DEVICE_VARIANTS:
+            head = SamplingHead(variant, may_branch)
+            steps[op, variant] = StagedStep(body, head, HEAD_FROM, head.traceable)
     return steps
 
 
@@ -108,7 +100,7 @@ class PreparedCall:
 
 
 class EagerExecutor:
-    def __init__(self, steps: dict[StepKey, nn.Module], kv: PagedKVCacheManager, device: torch.device,
+    def __init__(self, steps: dict[StepKey, StagedStep], kv: PagedKVCacheManager, device: torch.device,
                  decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
                  programs: ProgramCompiler) -> None:
         self.steps = steps

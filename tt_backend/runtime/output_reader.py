@@ -1,7 +1,7 @@
 """OutputReader: blocking reads, and asynchronous reads that hand back a handle to complete later.
 
 An asynchronous read is launched work whose result lands in a host destination behind an event
-(`TorchDevice.launch`); the reader owns it until `complete` returns the host value. `drain`
+(`Device.launch`); the reader owns it until `complete` returns the host value. `drain`
 waits for and retires whatever was never completed (cleanup, or a pipeline that stopped).
 """
 
@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import torch
 
-from tt_backend.devices.torch_device import Launched, TorchDevice
+from tt_backend.devices.device import Device, Launched
 
 
 class OutputReader:
-    def __init__(self, device: TorchDevice) -> None:
+    def __init__(self, device: Device) -> None:
         self._device = device
         self._pending: dict[int, Launched] = {}
         self._ids = itertools.count()

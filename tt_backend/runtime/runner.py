@@ -18,10 +18,10 @@ import logging
 import torch
 from torch import nn
 
-from tt_backend.contract.modes import StepMode
+from tt_backend.contract.modes import SampleOnDeviceMode, StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
 from tt_backend.contract.step import StepPlan
-from tt_backend.devices.torch_device import Launched, TorchDevice
+from tt_backend.devices.device import Device, Launched
 from tt_backend.runtime.config import (
     DecodeRuntimeConfig,
     PageTableLayout,
@@ -43,11 +43,11 @@ logger = logging.getLogger(__name__)
 
 class ModelRunner:
     def __init__(self, model: nn.Module, kv_config: PagedKVCacheConfig, layout: PageTableLayout,
-                 device: TorchDevice, trace: TraceConfig, decode: DecodeRuntimeConfig,
+                 device: Device, trace: TraceConfig, decode: DecodeRuntimeConfig,
                  prefill: PrefillRuntimeConfig, sampling: SamplingConfig | None = None) -> None:
         self.device = device
         self.trace = trace
-        self.sampling = sampling or SamplingConfig.resolve("all")
+        self.sampling = sampling or SamplingConfig(SampleOnDeviceMode.ALL)
         self.kv = PagedKVCacheManager(kv_config, layout, device.device)
         self.programs = ProgramCompiler(self.kv)
         steps = model_steps(model, device.device)

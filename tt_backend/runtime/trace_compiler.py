@@ -15,7 +15,7 @@ import torch
 
 from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.contract.sampling import SamplingTensors
-from tt_backend.devices.torch_device import Capture, StepFn, TorchDevice
+from tt_backend.devices.device import Capture, Device, StagedStep
 from tt_backend.runtime.config import StepKey, StepShape
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.program_compiler import ProgramCompiler
@@ -34,19 +34,19 @@ class _Trace:
     capture: Capture | None = None
 
 
-def blank_inputs(shape: StepShape, device: torch.device) -> ForwardBatch:
-    """Inputs of the shape that compute nothing observable: every token is padding."""
+def blank_inputs(shape: StepShape, device: Device) -> ForwardBatch:
+    """Persistent inputs of the shape that compute nothing observable: every token is padding."""
     B, T, W = shape.batch, shape.seq_len, shape.table_width
 
     def full(size: tuple[int, ...], value: int) -> torch.Tensor:
-        return torch.full(size, value, dtype=torch.long, device=device)
+        return device.allocate(size, torch.long, value)
 
     return ForwardBatch(full((B, T), 0), full((B, T), 0), full((B, T), -1), full((B, W), -1), full((B,), 1),
                         full((B,), 0))
 
 
 class TraceCompiler:
-    def __init__(self, programs: ProgramCompiler, device: TorchDevice, steps: Mapping[StepKey, StepFn],
+    def __init__(self, programs: ProgramCompiler, device: Device, steps: Mapping[StepKey, StagedStep],
                  kv: PagedKVCacheManager) -> None:
         self.programs = programs
         self._device = device
@@ -60,7 +60,7 @@ class TraceCompiler:
             raise RuntimeError(f"cannot plan a trace of {shape.key}: its program is not compiled")
         if shape.key not in self._traces:
             greedy = sampling_tensors([], [], [], batch=shape.batch).to(self._device.device)
-            self._traces[shape.key] = _Trace(shape, blank_inputs(shape, self._device.device), greedy)
+            self._traces[shape.key] = _Trace(shape, blank_inputs(shape, self._device), greedy)
 
     def capture_all(self) -> int:
         """Capture every registered plan, in the device's order (see `captures_largest_first`); then
@@ -95,9 +95,9 @@ class TraceCompiler:
         pairs = zip((*trace.inputs.tensors, *trace.sampling.tensors), (*host.tensors, *sampling.tensors),
                     strict=True)
         for dst, src in pairs:
-            dst.copy_(src, non_blocking=True)
+            self._device.copy_in(src, dst)
         if feedback is not None:
-            trace.inputs.input_ids[: feedback.shape[0], 0].copy_(feedback, non_blocking=True)
+            self._device.copy_in(feedback, trace.inputs.input_ids[: feedback.shape[0], 0])
         self.replays += 1
         return trace.capture.replay()
 
