@@ -33,8 +33,9 @@ from tt_backend.devices.cpu_isa import probe
 from tt_backend.devices.torch_linear import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
-from tt_backend.models.llama import RMSNorm, _rotate_half, gather_kv, write_kv
+from tt_backend.models.llama import RMSNorm, _rotate_half
 from tt_backend.models.loader import LoadedModel, load_model
+from tt_backend.models.paged_kv import gather_kv, write_kv
 
 BLOCK, HEADS, KV_HEADS, HEAD_DIM, CACHE_BLOCKS = 16, 9, 3, 64, 4096
 HIDDEN, INTERMEDIATE, LAYERS, VOCAB = 576, 1536, 30, 49152

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from tt_backend.devices.cpu_isa import IsaLevel, probe
 from tt_backend.devices.cpu_kernels import CpuKernels, load_kernels
 from tt_backend.devices.torch_linear import SMALL_ROWS, PackedLinear, WideLinear, tile_layout
-from tt_backend.models.llama import RMSNorm, _rotate_half, gather_kv, write_kv
+from tt_backend.models.llama import RMSNorm, _rotate_half
+from tt_backend.models.paged_kv import gather_kv, write_kv
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="no C++ compiler: the native kernels cannot be built here")

@@ -22,6 +22,7 @@ from torch import nn
 from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.devices.cpu_kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAMA
+from tt_backend.models.paged_kv import attention_mask, gather_kv, write_kv
 from tt_backend.models.rope import RopeConfig, inv_frequencies
 from tt_backend.models.spec import ModelSpec
 
@@ -172,36 +173,6 @@ def _fuse_checkpoint(parts: tuple[str, ...], fused: str) -> Any:
                 state[f"{prefix}{fused}.{kind}"] = torch.cat([state.pop(name) for name in names])
 
     return hook
-
-
-def write_kv(kv: torch.Tensor, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Store K/V of every token at its flat slot; padding (slot −1) lands in the sink slot."""
-    flat = kv.view(2, -1, kv.shape[-2], kv.shape[-1])  # [2, num_blocks * block_size, KVH, D]
-    slots = slot_mapping.reshape(-1)
-    idx = torch.where(slots >= 0, slots, flat.shape[1] - 1)
-    flat[0].index_copy_(0, idx, k.reshape(-1, *k.shape[2:]).to(kv.dtype))
-    flat[1].index_copy_(0, idx, v.reshape(-1, *v.shape[2:]).to(kv.dtype))
-
-
-def gather_kv(kv: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """K and V of each row's context in position order: [B, KVH, max_blocks * block_size, D]."""
-    B, nb = block_tables.shape
-    flat = kv.view(2, kv.shape[1], -1)  # [2, num_blocks, block_size * KVH * D]: a block is one row
-    blocks = flat.index_select(1, block_tables.clamp(min=0).reshape(-1))  # 1.3x faster than kv[:, tables]
-    blocks = blocks.view(2, B, nb * kv.shape[2], kv.shape[3], kv.shape[4]).transpose(2, 3)
-    return blocks[0], blocks[1]
-
-
-def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | None = None) -> torch.Tensor:
-    """[B, 1, T, S] bool: key s is visible to a query at position p iff s <= p, s < context and,
-    with a sliding window w, p - s < w."""
-    s = torch.arange(num_keys, device=batch.positions.device)
-    p = batch.positions[:, :, None]  # [B, T, 1]
-    visible = s[None, None, :] <= p  # [B, T, S]
-    if sliding_window is not None:
-        visible &= s[None, None, :] > p - sliding_window
-    valid = s[None, :] < batch.context_lens[:, None]  # [B, S]
-    return (visible & valid[:, None, :])[:, None]
 
 
 class MLP(nn.Module):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tt_backend.contract.modes import StepMode
 from tt_backend.contract.step import PlannedRow, StepPlan
 
 PHYSICAL_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -85,7 +86,7 @@ def _power_bucket(n: int) -> int:
 
 
 def plan_prefill(plan: StepPlan, config: PrefillPlanConfig) -> tuple[PrefillWave, ...]:
-    assert plan.mode == "prefill"
+    assert plan.mode is StepMode.PREFILL
     buckets: dict[int, list[int]] = {}
     for i, row in enumerate(plan.rows):
         buckets.setdefault(_power_bucket(len(row.token_ids)), []).append(i)
