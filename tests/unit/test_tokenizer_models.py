@@ -3,9 +3,9 @@
 A fresh interpreter stands in a bare `triton_python_backend_utils` module (the real one exists
 only inside tritonserver's Python stub; initialize and encode never touch it), imports the models,
 resolves the default model directory and initializes both models from a model_config.
-Loading the tokenizer itself imports torch: transformers' AutoTokenizer does (5.x:
-tokenization_auto -> configuration_utils -> modeling_rope_utils -> torch). So torch-free is
-asserted up to the tokenizer load, and the ids after it are compared with this process's.
+Torch stays out through the tokenizer load and both models' work (transformers' AutoTokenizer
+would import it; `load_tokenizer` loads the class the tokenizer config names), and the ids are
+compared with this process's; the class is the one AutoTokenizer picks.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ plain.initialize({"model_config": json.dumps(
 post = PostprocessingModel()
 post.initialize({"model_config": json.dumps({"name": "postprocessing"})})
 ids = pre.encode(sys.argv[1])
-print(json.dumps({"seen": seen, "chat": pre.chat, "ids": ids, "plain_ids": plain.encode(sys.argv[1]),
+seen["after_load"] = "torch" in sys.modules
+print(json.dumps({"seen": seen, "class": type(pre.tokenizer).__name__,
+                  "chat": pre.chat, "ids": ids, "plain_ids": plain.encode(sys.argv[1]),
                   "delta": delta_text(post.tokenizer, ids[:-4], ids[-4:])}))
 """
 
@@ -55,7 +57,9 @@ def test_tokenizer_models_import_no_torch_and_encode_like_the_engine(
                            text=True, timeout=120, check=False)
     assert child.returncode == 0, child.stderr
     result = json.loads(child.stdout.splitlines()[-1])
-    assert result["seen"] == {"after_import": False, "after_resolve": False}
+    assert result["seen"] == {"after_import": False, "after_resolve": False, "after_load": False}
+    from transformers import AutoTokenizer
+    assert result["class"] == type(AutoTokenizer.from_pretrained(model_dir)).__name__
     assert result["chat"] is True
     ids = chat_ids(PROMPT)
     assert result["ids"] == ids

@@ -8,9 +8,22 @@ from typing import Any
 
 
 def load_tokenizer(model_dir: Path) -> Any:
-    from transformers import AutoTokenizer
+    """The tokenizer class `tokenizer_config.json` names (its fast variant when there is one, as
+    AutoTokenizer prefers), loaded directly: transformers' AutoTokenizer module imports torch
+    (5.x: tokenization_auto -> configuration_utils -> modeling_rope_utils), the tokenizer classes
+    do not. A config naming no class transformers exports goes through AutoTokenizer."""
+    import transformers
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    config = model_dir / "tokenizer_config.json"
+    name = ""
+    if config.is_file():
+        with open(config, encoding="utf-8") as f:
+            name = str(json.load(f).get("tokenizer_class") or "")
+    for candidate in (f"{name}Fast", name) if name and not name.endswith("Fast") else (name,):
+        cls = getattr(transformers, candidate, None) if candidate else None
+        if cls is not None:
+            return cls.from_pretrained(model_dir)
+    return transformers.AutoTokenizer.from_pretrained(model_dir)
 
 
 def encode_chat(tokenizer: Any, user_message: str) -> list[int]:
