@@ -10,6 +10,7 @@ state: block ids, content hashes and how many leading blocks are published live 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tt_backend.scheduler.block_pool import BlockPool, hash_block
 from tt_backend.scheduler.request import Request
@@ -28,8 +29,9 @@ class ComputedBlocks:
 NO_COMPUTED_BLOCKS = ComputedBlocks()
 
 
-@dataclass(frozen=True)
-class AllocatedSlots:
+class AllocatedSlots(NamedTuple):
+    """What `allocate_slots` gave (a tuple: it is made for every running request at every step)."""
+
     block_ids: tuple[int, ...]
     """Every block the request holds now, in logical order."""
     new_block_ids: tuple[int, ...]
@@ -49,11 +51,8 @@ class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = False) -> None:
         self.pool = BlockPool(num_blocks, enable_caching)
         self.block_size = block_size
+        self.enable_caching = enable_caching
         self._held: dict[str, _Held] = {}
-
-    @property
-    def enable_caching(self) -> bool:
-        return self.pool.enable_caching
 
     @property
     def num_free_blocks(self) -> int:
@@ -92,13 +91,17 @@ class KVCacheManager:
         request's blocks hold `num_tokens` tokens. None, and nothing changed, when they cannot."""
         held = self._of(request)
         assert not computed.block_ids or not held.block_ids, "a cached prefix starts an empty block list"
-        if self.fitting_tokens(request, 0, computed) < num_tokens:
-            return None
+        need = -(-num_tokens // self.block_size) - len(held.block_ids) - len(computed.block_ids)
         if computed.block_ids:
+            if need > self.pool.num_free - sum(1 for b in computed.block_ids if self.pool.ref_count(b) == 0):
+                return None
             self.pool.share(computed.block_ids)
             held.block_ids = list(computed.block_ids)
             held.num_cached = len(computed.block_ids)
-        need = self.blocks_needed(request, num_tokens)
+        elif need <= 0:
+            return AllocatedSlots(tuple(held.block_ids), ())
+        elif need > self.pool.num_free:
+            return None
         new = self.pool.allocate(need) if need > 0 else []
         held.block_ids.extend(new)
         return AllocatedSlots(tuple(held.block_ids), tuple(new))
@@ -129,7 +132,10 @@ class KVCacheManager:
         assert held is None or not held.block_ids, f"{request.request_id} still holds blocks"
 
     def _of(self, request: Request) -> _Held:
-        return self._held.setdefault(request.request_id, _Held())
+        held = self._held.get(request.request_id)
+        if held is None:
+            held = self._held[request.request_id] = _Held()
+        return held
 
     def _extend_hashes(self, request: Request, held: _Held) -> None:
         bs = self.block_size

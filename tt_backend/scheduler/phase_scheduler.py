@@ -172,7 +172,8 @@ class PhaseScheduler:
                 token = next(tokens)
                 request.output_token_ids.append(token)
                 out.append(SampledToken(request, token))
-            self.kv.cache_full_blocks(request)
+            if self.kv.enable_caching:
+                self.kv.cache_full_blocks(request)
         assert next(tokens, None) is None, "more sampled tokens than sampling rows"
         return out
 
@@ -254,17 +255,15 @@ class PhaseScheduler:
         for request in [r for r in self.running if not r.is_prefilling]:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
-            while self.kv.blocks_needed(request, request.num_tokens) > self.kv.num_free_blocks:
+            while (slots := self.kv.allocate_slots(request, request.num_tokens)) is None:
                 victim = next((r for r in reversed(self.running) if r.request_id not in scheduled), None)
                 assert victim is not None
                 self._preempt(victim)
                 preempted.append(victim.request_id)
                 if victim is request:
                     break
-            if request.status is not RequestStatus.RUNNING:
-                continue
-            slots = self.kv.allocate_slots(request, request.num_tokens)
-            assert slots is not None
+            if slots is None:
+                continue  # it preempted itself
             position = request.num_tokens - 1
             rows.append(PlannedRow((request.token_id(position),), position, slots.block_ids, True))
             ids.append(request.request_id)
