@@ -131,7 +131,7 @@ def test_late_kv_capacity_shrinks_geometry_without_rebuilding_the_model(model: L
     assert r.kv.context.cache.shape[2] == 17  # 16 blocks + the padding sink
     assert r.eager.steps is steps
     for op in ("prefill", "decode"):  # one model under every step; each operation's variants share a body
-        body = steps[op, "logits"]
+        body = steps[op, "logits"].body
         assert body.model is model.module and body.decode == (op == "decode")
         assert all(s.body is body for (o, v), s in steps.items() if o == op and v != "logits")
     with pytest.raises(RuntimeError, match="capacity is final"):

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
 from tt_backend.devices.device import Device, Launched
+
+T = TypeVar("T")
 
 
 class OutputReader:
@@ -24,6 +27,12 @@ class OutputReader:
     def read(self, work: Callable[[], torch.Tensor]) -> torch.Tensor:
         """Run `work` after everything launched before it; return its result on the host."""
         return self._device.launch(work, asynchronous=False).host()
+
+    def after_launched(self, work: Callable[[], T]) -> T:
+        """Run `work` here once everything launched before it has finished; return what it
+        returns (the host path: its logits stay where the device put them)."""
+        self._device.synchronize()
+        return work()
 
     def submit(self, work: Callable[[], torch.Tensor]) -> int:
         handle = next(self._ids)

@@ -93,10 +93,10 @@ class ModelRunner:
     def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
         """Run the step and choose its tokens: inside it (a device variant), or from its logits on
         the host (the plan's host path, which also gives logprobs)."""
-        out = self.reader.read(lambda: self.execute(plan, sampling))
-        if sampling.host is not None:
-            return sampling.host.sample(out)
-        return SampledTokens(tuple(out.tolist()))
+        host = sampling.host
+        if host is not None:  # sampled where the logits are (on CUDA: on the GPU)
+            return self.reader.after_launched(lambda: host.sample(self.execute(plan, sampling)))
+        return SampledTokens(tuple(self.reader.read(lambda: self.execute(plan, sampling)).tolist()))
 
     def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
         """Launch a decode step that samples on the device, without waiting; return the read's
