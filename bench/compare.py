@@ -149,7 +149,7 @@ def start_ours(port: int, settings: tuple[str, ...] = ()) -> subprocess.Popen[by
     log = RESULTS / "ours_server.log"
     extra = [arg for setting in settings for arg in ("--set", setting)]
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(port),
-                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2),
+                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), "--no-openai",
                              "--set", "enable_prefix_caching=false", *extra],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True)

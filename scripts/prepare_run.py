@@ -90,6 +90,8 @@ def main() -> None:
     libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
     values = {
         "MODEL_DIR": str(model_dir),
+        # The OpenAI front's max context: tt_llm's option when set (0: the model's positions).
+        "MAX_MODEL_LEN": settings.get("max_model_len", settings.get("tt.max_model_len", "")) or "0",
         "REPO": str(repo),
         "BACKENDS": str(backends),
         "TRITONSERVER": str(tritonserver),

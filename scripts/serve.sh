@@ -2,8 +2,11 @@
 # Serve the model repository through a real tritonserver (from the nvidia-pytriton wheel).
 #
 #   scripts/serve.sh [--host ADDR] [--http-port N] [--grpc-port N] [--metrics-port N]
+#                    [--openai-host ADDR] [--openai-port N] [--no-openai]
 #                    [--set KEY=VALUE]... [any other tritonserver flag]...
 #
+# Beside tritonserver runs the OpenAI front (python -m tt_backend.openai_front) on --openai-port
+# (default 9000, on --host unless --openai-host), over Triton's gRPC port; --no-openai turns it off.
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
 # tritonserver runs in the foreground with its log on stdout.
@@ -16,6 +19,9 @@ HOST=127.0.0.1
 HTTP_PORT=8000
 GRPC_PORT=8001
 METRICS_PORT=8002
+OPENAI_HOST=
+OPENAI_PORT=9000
+OPENAI=1
 SETS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -24,6 +30,9 @@ while [ $# -gt 0 ]; do
         --http-port) HTTP_PORT=$2; shift 2 ;;
         --grpc-port) GRPC_PORT=$2; shift 2 ;;
         --metrics-port) METRICS_PORT=$2; shift 2 ;;
+        --openai-host) OPENAI_HOST=$2; shift 2 ;;
+        --openai-port) OPENAI_PORT=$2; shift 2 ;;
+        --no-openai) OPENAI=0; shift ;;
         --set) SETS+=(--set "$2"); shift 2 ;;
         --set=*) SETS+=(--set "${1#--set=}"); shift ;;
         *) EXTRA+=("$1"); shift ;;
@@ -68,10 +77,19 @@ echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRI
     --allow-metrics true \
     ${EXTRA[@]+"${EXTRA[@]}"} &
 SERVER=$!
-trap 'kill -TERM $SERVER 2>/dev/null || true' INT TERM
+FRONT=
+if [ "$OPENAI" = 1 ]; then
+    echo "[serve] OpenAI front http://${OPENAI_HOST:-$HOST}:$OPENAI_PORT/v1 (over grpc $HOST:$GRPC_PORT)"
+    "$VENV/bin/python" -m tt_backend.openai_front --host "${OPENAI_HOST:-$HOST}" --port "$OPENAI_PORT" \
+        --triton-url "$HOST:$GRPC_PORT" --model "$MODEL_DIR" --max-model-len "$MAX_MODEL_LEN" &
+    FRONT=$!
+fi
+stop() { kill -TERM $SERVER ${FRONT:+$FRONT} 2>/dev/null || true; }
+trap stop INT TERM
 set +e
 wait $SERVER
 rc=$?
 # A signal interrupts the first wait; wait again for tritonserver to finish unloading.
 kill -0 $SERVER 2>/dev/null && wait $SERVER && rc=$?
+[ -n "$FRONT" ] && kill -TERM $FRONT 2>/dev/null && wait $FRONT
 exit $rc

@@ -24,6 +24,8 @@ class Server:
     grpc: str
     metrics: str
     log: Path
+    openai: str | None = None
+    """The OpenAI front's base URL (http://host:port/v1), when it runs."""
 
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
@@ -39,17 +41,20 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def start_server(log: Path, *settings: str,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], Server]:
+def start_server(log: Path, *settings: str, env: dict[str, str] | None = None,
+                 openai_port: int | None = None) -> tuple[subprocess.Popen[bytes], Server]:
+    """serve.sh on free ports; the OpenAI front only with `openai_port`."""
     http, grpc, metrics = free_ports(3)
     args = ["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
             "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    args += ["--openai-port", str(openai_port)] if openai_port is not None else ["--no-openai"]
     for setting in settings:
         args += ["--set", setting]
     out = open(log, "wb")
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True, env={**os.environ, **(env or {})})
-    server = Server(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}", log)
+    front = None if openai_port is None else f"http://127.0.0.1:{openai_port}/v1"
+    server = Server(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}", log, front)
     return proc, server
 
 
@@ -59,7 +64,11 @@ def wait_ready(proc: subprocess.Popen[bytes], server: Server) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"tritonserver exited ({proc.returncode}):\n{server.log_text()[-4000:]}")
         try:
-            if requests.get(f"http://{server.http}/v2/health/ready", timeout=1).status_code == 200:
+            ready = requests.get(f"http://{server.http}/v2/health/ready", timeout=1).status_code == 200
+            if ready and server.openai is not None:  # and the front, over Triton
+                front = server.openai.removesuffix("/v1")
+                ready = requests.get(f"{front}/health", timeout=1).status_code == 200
+            if ready:
                 return
         except requests.RequestException:
             pass
@@ -79,8 +88,9 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The default repository in fp32 (greedy outputs compared exactly with HF)."""
-    proc, srv = start_server(tmp_path_factory.mktemp("triton") / "server.log", "dtype=float32")
+    """The default repository in fp32 (greedy outputs compared exactly with HF), with the OpenAI front."""
+    proc, srv = start_server(tmp_path_factory.mktemp("triton") / "server.log", "dtype=float32",
+                             openai_port=free_ports(1)[0])
     try:
         wait_ready(proc, srv)
         yield srv

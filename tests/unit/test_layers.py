@@ -11,8 +11,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "tt_backend"
 
 # Top to bottom; a module may import its own part and any part below it.
-LAYERS = ["triton", "engine", "scheduler", "runtime", "sampling", "models", "devices", "text", "config",
-          "contract"]
+LAYERS = ["openai_front", "triton", "engine", "scheduler", "runtime", "sampling", "models", "devices", "text",
+          "config", "contract"]
 
 
 def _part(module: str) -> str:
@@ -57,6 +57,15 @@ def test_the_scheduler_loads_neither_torch_nor_the_runtime() -> None:
     code = ("import sys; import tt_backend.scheduler.lane_coordinator, tt_backend.scheduler.kv_manager; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tt_backend.runtime', "
             "'tt_backend.engine', 'tt_backend.models', 'tt_backend.devices'))))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_openai_front_loads_no_torch_and_no_engine() -> None:
+    code = ("import sys; import tt_backend.openai_front.app, tt_backend.openai_front.__main__; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tt_backend.runtime', "
+            "'tt_backend.engine', 'tt_backend.scheduler', 'tt_backend.triton', 'tt_backend.devices'))))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=PACKAGE.parent)
     assert result.stdout.strip() == "[]"

@@ -1,0 +1,161 @@
+"""The FastAPI application: routes, error shapes, streaming.
+
+FastAPI (over Starlette and uvicorn) because it is the stack vLLM's OpenAI server uses and is well
+kept; a client that disconnects cancels the response's generator, which cancels its Triton stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import tritonclient.grpc.aio as grpcclient
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from tt_backend.openai_front.requests import BadRequest, GenerateCall, chat_call, completion_call
+from tt_backend.openai_front.responses import Choice, Envelope, chat_logprobs, error_body, sse
+from tt_backend.openai_front.triton_stream import Delta, TritonError, stream
+
+
+@dataclass(frozen=True)
+class FrontConfig:
+    triton_url: str
+    served_model: str
+    """The name clients send as `model` (and /v1/models lists)."""
+    max_model_len: int
+    triton_model: str = "tt_llm"
+    max_body_bytes: int = 4 << 20
+
+
+def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, param), status_code=status)
+
+
+def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]], str],
+               count_tokens: Callable[[str], int]) -> FastAPI:
+    """`render_chat`: messages → prompt text through the model's chat template; `count_tokens`:
+    the prompt's length, for chat's default max_tokens (what the context has left)."""
+    clients: dict[str, grpcclient.InferenceServerClient] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        clients["triton"] = grpcclient.InferenceServerClient(config.triton_url)
+        yield
+        await clients["triton"].close()
+
+    app = FastAPI(title="tt_backend OpenAI front", lifespan=lifespan)
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > config.max_body_bytes:  # refused before it is read
+            raise BadRequest(f"the request body ({declared} bytes) exceeds {config.max_body_bytes} bytes")
+        raw = await request.body()
+        if len(raw) > config.max_body_bytes:
+            raise BadRequest(f"the request body ({len(raw)} bytes) exceeds {config.max_body_bytes} bytes")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        model = body.get("model")
+        if model != config.served_model:
+            raise LookupError(f"the model {model!r} does not exist; this server serves "
+                              f"{config.served_model!r}")
+        return body
+
+    @app.get("/health")
+    async def health() -> Response:
+        client = clients["triton"]
+        try:
+            ready = await client.is_server_ready() and await client.is_model_ready(config.triton_model)
+        except Exception:  # noqa: BLE001 (Triton not reachable: not ready)
+            ready = False
+        return Response(status_code=200 if ready else 503)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": config.served_model, "object": "model", "created": 0,
+                                            "owned_by": "tt_backend", "max_model_len": config.max_model_len}]}
+
+    async def generate(request: Request, chat: bool) -> Response:
+        try:
+            body = await body_of(request)
+            if chat:
+                call = chat_call(body, render_chat)
+                if "max_tokens" not in call.sampling:
+                    left = config.max_model_len - count_tokens(call.prompt)
+                    call = dataclasses.replace(call, sampling={**call.sampling, "max_tokens": max(left, 1)})
+            else:
+                call = completion_call(body)
+        except BadRequest as exc:
+            return _error(str(exc), 400, exc.param)
+        except LookupError as exc:
+            return _error(str(exc), 404, "model")
+        deltas = stream(clients["triton"], config.triton_model, call).__aiter__()
+        envelope = Envelope(config.served_model, chat)
+        try:
+            first = await deltas.__anext__()  # a refusal is still an HTTP error, not a stream event
+        except TritonError as exc:
+            return _error(str(exc), exc.status)
+        except StopAsyncIteration:
+            return _error("the server ended the request without output", 500)
+        if call.stream:
+            return StreamingResponse(_events(envelope, call, first, deltas), media_type="text/event-stream")
+        choice = Choice(chat)
+        try:
+            _take(choice, first, call)
+            async for delta in deltas:
+                _take(choice, delta, call)
+        except TritonError as exc:
+            return _error(str(exc), exc.status)
+        return JSONResponse(envelope.completion(choice, call.prompt if call.echo else ""))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generate(request, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await generate(request, chat=False)
+
+    return app
+
+
+def _take(choice: Choice, delta: Delta, call: GenerateCall) -> list[dict[str, Any]]:
+    """Add a delta to the choice; return its logprob entries (chat-shaped)."""
+    choice.text.append(delta.text)
+    choice.num_completion_tokens += delta.num_tokens
+    if delta.num_prompt_tokens is not None:
+        choice.num_prompt_tokens = delta.num_prompt_tokens
+    choice.finish_reason = delta.finish_reason or choice.finish_reason
+    entries = chat_logprobs(delta.logprobs, call.logprobs or 0) if call.logprobs is not None else []
+    choice.logprobs.extend(entries)
+    return entries
+
+
+async def _events(envelope: Envelope, call: GenerateCall, first: Delta,
+                  deltas: AsyncIterator[Delta]) -> AsyncIterator[str]:
+    """The SSE stream: one chunk per delta (the first with the role, or the echoed prompt), the
+    finish reason on the last, then usage if asked, then [DONE]. An error mid-stream is an error
+    event before [DONE]."""
+    choice = Choice(envelope.chat)
+    delta: Delta | None = first
+    prefix = call.prompt if call.echo else ""
+    try:
+        while delta is not None:
+            entries = _take(choice, delta, call)
+            yield sse(envelope.chunk(prefix + delta.text, delta.finish_reason, entries, first=delta is first))
+            prefix = ""
+            delta = await anext(deltas, None)
+    except TritonError as exc:
+        yield sse(error_body(str(exc), exc.status))
+    else:
+        if call.include_usage:
+            yield sse(envelope.usage_chunk(choice))
+    yield sse("[DONE]")

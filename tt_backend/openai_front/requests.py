@@ -1,0 +1,149 @@
+"""OpenAI request bodies → what one `tt_llm` stream needs, with OpenAI's field names in every error.
+
+Sampling fields map onto vLLM's SamplingParams names (`tt_llm`'s `sampling_parameters`), checked
+here with SamplingParams itself so a bad value is a 400 naming the field before Triton sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tt_backend.sampling.params import SamplingParams
+
+# OpenAI names with the same meaning in SamplingParams, and vLLM's extra sampling names.
+_SAME = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+         "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
+         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids")
+# Accepted without effect (they describe the caller, not the generation).
+_IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls")
+_REFUSED = {
+    "suffix": "suffix (insertion) is not supported",
+    "tools": "tool calls are not supported yet",
+    "tool_choice": "tool calls are not supported yet",
+    "functions": "function calls are not supported",
+    "response_format": "structured outputs (response_format) are not supported yet",
+    "best_of": "best_of is not supported; send n=1",
+}
+
+
+class BadRequest(ValueError):
+    """An invalid request: HTTP 400 with OpenAI's error shape, `param` naming the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class GenerateCall:
+    """One `tt_llm` stream: the prompt text and its sampling parameters."""
+
+    prompt: str
+    sampling: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    logprobs: int | None
+    """Top alternatives per token (0: the sampled token's only); None: no logprobs."""
+    echo: bool = False
+
+
+def chat_call(body: dict[str, Any], render: Callable[[list[dict[str, Any]]], str]) -> GenerateCall:
+    """A chat completion: `messages` through the model's chat template (`render`)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages must be a non-empty list of messages", "messages")
+    rendered = [_message(i, m) for i, m in enumerate(messages)]
+    logprobs = None
+    if _bool(body, "logprobs", False):
+        logprobs = _int(body, "top_logprobs", 0)
+    elif body.get("top_logprobs") is not None:
+        raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    return _call(body, render(rendered), max_tokens, "max_completion_tokens"
+                 if "max_completion_tokens" in body else "max_tokens", logprobs, echo=False)
+
+
+def completion_call(body: dict[str, Any]) -> GenerateCall:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise BadRequest("prompt must be a string (lists of prompts and token ids are not supported yet)",
+                         "prompt")
+    logprobs = body.get("logprobs")
+    if logprobs is not None:
+        logprobs = _int(body, "logprobs", 0)
+    return _call(body, prompt, body.get("max_tokens", 16), "max_tokens", logprobs,
+                 echo=_bool(body, "echo", False))
+
+
+def _call(body: dict[str, Any], prompt: str, max_tokens: Any, max_name: str, logprobs: int | None,
+          echo: bool) -> GenerateCall:
+    for name, reason in _REFUSED.items():
+        if body.get(name) is not None:
+            raise BadRequest(f"{name}: {reason}", name)
+    if body.get("n", 1) != 1:
+        raise BadRequest(f"n must be 1 (one choice per request), got {body.get('n')!r}", "n")
+    stream = _bool(body, "stream", False)
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or not stream):
+        raise BadRequest("stream_options must be an object and needs stream=true", "stream_options")
+    sampling: dict[str, Any] = {name: body[name] for name in _SAME if body.get(name) is not None}
+    if max_tokens is not None:
+        sampling["max_tokens"] = max_tokens
+    if logprobs is not None:
+        sampling["logprobs"] = logprobs
+    try:
+        SamplingParams.from_dict(sampling)
+    except ValueError as exc:
+        message = str(exc)
+        named = [n for n in sampling if n in message]
+        field = min(named, key=message.index) if named else None
+        if field == "max_tokens":
+            field, message = max_name, message.replace("max_tokens", max_name)
+        raise BadRequest(message, field) from None
+    return GenerateCall(prompt, sampling, stream, bool(options and options.get("include_usage")), logprobs,
+                        echo)
+
+
+def _message(index: int, message: Any) -> dict[str, Any]:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise BadRequest(f"{where} must be an object with role and content", where)
+    role = message.get("role")
+    if role not in ("system", "user", "assistant", "tool", "developer"):
+        raise BadRequest(f"{where}.role must be system, user, assistant, tool or developer, got {role!r}",
+                         f"{where}.role")
+    content = message.get("content")
+    if isinstance(content, list):  # text parts
+        texts = []
+        for k, part in enumerate(content):
+            if not (isinstance(part, dict) and part.get("type") == "text"
+                    and isinstance(part.get("text"), str)):
+                raise BadRequest(f"{where}.content[{k}] must be a text part "
+                                 '({"type": "text", "text": ...})', f"{where}.content")
+            texts.append(part["text"])
+        content = "".join(texts)
+    if not isinstance(content, str):
+        raise BadRequest(f"{where}.content must be a string or a list of text parts", f"{where}.content")
+    return {"role": "system" if role == "developer" else role, "content": content}
+
+
+def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadRequest(f"{name} must be a boolean, got {value!r}", name)
+    return value
+
+
+def _int(body: dict[str, Any], name: str, default: int) -> int:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name} must be an integer, got {value!r}", name)
+    return value

@@ -1,0 +1,101 @@
+"""OpenAI response objects and stream chunks, as OpenAI sends them."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def error_body(message: str, status: int, param: str | None = None) -> dict[str, Any]:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    if status == 404:
+        kind = "not_found_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": status}}
+
+
+def sse(payload: dict[str, Any] | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+@dataclass
+class Choice:
+    """One generation's accumulating state: text, counts, finish reason, logprobs."""
+
+    chat: bool
+    text: list[str] = field(default_factory=list)
+    num_prompt_tokens: int = 0
+    num_completion_tokens: int = 0
+    finish_reason: str | None = None
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def usage(self) -> dict[str, int]:
+        return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": self.num_completion_tokens,
+                "total_tokens": self.num_prompt_tokens + self.num_completion_tokens}
+
+
+class Envelope:
+    """What every object of one response shares: id, created, model, object type."""
+
+    def __init__(self, model: str, chat: bool) -> None:
+        self.model = model
+        self.chat = chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def completion(self, choice: Choice, prefix: str = "") -> dict[str, Any]:
+        text = prefix + "".join(choice.text)
+        body: dict[str, Any] = {"index": 0, "finish_reason": choice.finish_reason}
+        if self.chat:
+            body["message"] = {"role": "assistant", "content": text}
+            body["logprobs"] = {"content": choice.logprobs} if choice.logprobs else None
+        else:
+            body["text"] = text
+            body["logprobs"] = _completion_logprobs(choice.logprobs) if choice.logprobs else None
+        return {**self._head("chat.completion" if self.chat else "text_completion"), "choices": [body],
+                "usage": choice.usage()}
+
+    def chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[dict[str, Any]] = (),
+              first: bool = False) -> dict[str, Any]:
+        body: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
+        if self.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
+            body["delta"] = delta if (text or first) else {}
+            body["logprobs"] = {"content": list(logprobs)} if logprobs else None
+        else:
+            body["text"] = text
+            body["logprobs"] = _completion_logprobs(list(logprobs)) if logprobs else None
+        return {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [body]}
+
+    def usage_chunk(self, choice: Choice) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [],
+                "usage": choice.usage()}
+
+
+def chat_logprobs(positions: Sequence[dict[str, Any]], top: int) -> list[dict[str, Any]]:
+    """tt_llm's logprobs (per token: {id: {logprob, rank, decoded_token}}, sampled first) as
+    OpenAI's chat `logprobs.content` entries."""
+    out = []
+    for position in positions:
+        entries = list(position.values())
+        alternatives = sorted(entries, key=lambda e: e["rank"])[:top]
+        out.append({**_entry(entries[0]), "top_logprobs": [_entry(e) for e in alternatives]})
+    return out
+
+
+def _entry(entry: dict[str, Any]) -> dict[str, Any]:
+    token = entry["decoded_token"]
+    return {"token": token, "logprob": entry["logprob"], "bytes": list(token.encode("utf-8"))}
+
+
+def _completion_logprobs(content: list[dict[str, Any]]) -> dict[str, Any]:
+    """The legacy completions shape, from chat-shaped entries."""
+    return {"tokens": [c["token"] for c in content], "token_logprobs": [c["logprob"] for c in content],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in c["top_logprobs"]} for c in content],
+            "text_offset": []}

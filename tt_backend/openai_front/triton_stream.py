@@ -1,0 +1,114 @@
+"""One `tt_llm` stream over tritonclient's asyncio gRPC client, as a stream of text deltas.
+
+`tt_llm` takes the vllm_backend schema: `text_input`, `sampling_parameters` (JSON), `stream`,
+and the `return_*` flags for the finish reason, the server's token counts and logprobs. The
+request side of the gRPC stream stays open until the final response arrives; leaving the
+iteration early (the HTTP client went away) cancels the stream, and Triton ends the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tt_backend.openai_front.requests import GenerateCall
+
+_IDS = itertools.count()
+
+
+@dataclass(frozen=True)
+class Delta:
+    text: str
+    num_tokens: int
+    """Tokens this delta holds (the server's count)."""
+    num_prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    logprobs: tuple[dict[str, Any], ...] = ()
+    """Per token: {token id: {logprob, rank, decoded_token}}, the sampled token first."""
+
+
+class TritonError(RuntimeError):
+    """Triton refused or failed the request; `status` is the HTTP status to answer with."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _input(name: str, value: np.ndarray, dtype: str) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(value.shape), dtype)
+    tensor.set_data_from_numpy(value)
+    return tensor
+
+
+def _text(value: str) -> np.ndarray:
+    return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+async def stream(client: grpcclient.InferenceServerClient, model: str, call: GenerateCall
+                 ) -> AsyncIterator[Delta]:
+    """The deltas of one generation, the last with its finish reason."""
+    inputs = [
+        _input("text_input", _text(call.prompt), "BYTES"),
+        _input("sampling_parameters", _text(json.dumps(call.sampling)), "BYTES"),
+        _input("stream", np.array([True]), "BOOL"),
+        _input("exclude_input_in_output", np.array([True]), "BOOL"),
+        *(_input(flag, np.array([True]), "BOOL") for flag in
+          ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")),
+    ]
+    if call.logprobs is not None:
+        inputs.append(_input("return_logprobs", np.array([True]), "BOOL"))
+    finished = asyncio.Event()
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        yield {"model_name": model, "inputs": inputs, "request_id": f"openai-{next(_IDS)}",
+               "enable_empty_final_response": True}
+        await finished.wait()  # keep the request side open until the last response
+
+    responses = client.stream_infer(requests())
+    try:
+        async for result, error in responses:
+            if error is not None:
+                raise _as_error(error)
+            out = _delta(result)
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            if out is not None:
+                yield out
+            if final:
+                break
+    finally:
+        finished.set()
+        responses.cancel()
+
+
+def _delta(result: Any) -> Delta | None:
+    text = result.as_numpy("text_output")
+    if text is None:
+        return None  # the empty final response
+    reason = result.as_numpy("finish_reason")
+    prompt = result.as_numpy("num_input_tokens")
+    logprobs = result.as_numpy("logprobs")
+    finish = None if reason is None else reason.reshape(-1)[0].decode()
+    num_tokens = int(result.as_numpy("num_output_tokens").reshape(-1)[0])
+    return Delta(text.reshape(-1)[0].decode("utf-8"), num_tokens,
+                 None if prompt is None else int(prompt.reshape(-1)[0]),
+                 None if finish in (None, "None") else finish,
+                 () if logprobs is None else tuple(json.loads(logprobs.reshape(-1)[0].decode())))
+
+
+def _as_error(error: InferenceServerException) -> TritonError:
+    message = error.message() or str(error)
+    status = 400
+    if "capacity" in message or "shutting down" in message or "not ready" in message.lower():
+        status = 503
+    elif "engine failed" in message or "step failed" in message:
+        status = 500
+    return TritonError(message, status)
