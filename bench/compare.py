@@ -168,8 +168,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 # ---- one streaming request ------------------------------------------------------------------------
-def stream_vllm(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
-    body = {"model": "smollm2", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+def stream_vllm(port: int, prompt: str, max_tokens: int, model: str = "smollm2") -> tuple[list[float], int]:
+    """One streamed OpenAI completion (vLLM's server, or our OpenAI front with its model name)."""
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     times, tokens = [], 0
     with requests.post(f"http://127.0.0.1:{port}/v1/completions", json=body, stream=True, timeout=900) as r:

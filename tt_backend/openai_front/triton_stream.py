@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
@@ -84,6 +85,11 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
                 yield out
             if final:
                 break
+    except InferenceServerException as exc:  # the stream itself failed
+        raise _as_error(exc) from None
+    except grpc.aio.AioRpcError as exc:  # Triton unreachable (UNAVAILABLE) or the call broke
+        status = 503 if exc.code() == grpc.StatusCode.UNAVAILABLE else 500
+        raise TritonError(f"Triton: {exc.details()}", status) from None
     finally:
         finished.set()
         responses.cancel()
@@ -107,8 +113,9 @@ def _delta(result: Any) -> Delta | None:
 def _as_error(error: InferenceServerException) -> TritonError:
     message = error.message() or str(error)
     status = 400
-    if "capacity" in message or "shutting down" in message or "not ready" in message.lower():
-        status = 503
+    unavailable = "UNAVAILABLE" in str(error.status()) or "unknown model" in message or "not ready" in message
+    if unavailable or "capacity" in message or "shutting down" in message:
+        status = 503  # Triton, or tt_llm, cannot take it now: retry later
     elif "engine failed" in message or "step failed" in message:
         status = 500
     return TritonError(message, status)
