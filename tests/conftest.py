@@ -43,6 +43,14 @@ def chat_ids(tokenizer: Any) -> Callable[[str], list[int]]:
 
 
 @pytest.fixture(scope="session")
+def chat_text(tokenizer: Any) -> Callable[[str], str]:
+    """`prompt` as one user turn through the chat template, as a client that templates its own
+    prompts sends it (the ensemble tokenizes text_input as sent)."""
+    return lambda prompt: str(tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                            add_generation_prompt=True, tokenize=False))
+
+
+@pytest.fixture(scope="session")
 def hf_greedy(model_dir: Path) -> Callable[[tuple[int, ...], int], list[int]]:
     """HF transformers `generate` (fp32, greedy) on the same weights: new token ids."""
     import torch

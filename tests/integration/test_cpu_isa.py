@@ -34,9 +34,10 @@ def avx2_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop_server(proc)
 
 
-def test_the_default_options_at_avx2_answer_as_the_engine_does(avx2_server: Server, chat_ids: Any) -> None:
-    events = http_generate_stream(avx2_server.http, "ensemble",
-                                  {"text_input": CHAT_PROMPTS[0], "max_tokens": MAX_TOKENS, "stream": True})
+def test_the_default_options_at_avx2_answer_as_the_engine_does(avx2_server: Server, chat_ids: Any,
+                                                               chat_text: Any) -> None:
+    events = http_generate_stream(avx2_server.http, "ensemble", {"text_input": chat_text(CHAT_PROMPTS[0]),
+                                                                 "max_tokens": MAX_TOKENS, "stream": True})
     assert "".join(e["text_output"] for e in events) == "The capital of France is Paris."
     prompts = [chat_ids(p) for p in CHAT_PROMPTS]
     served = []

@@ -39,10 +39,10 @@ def check_content(prompt: str, text: str) -> None:
 
 
 @pytest.mark.parametrize("prompt", TEXT_PROMPTS)
-def test_http_stream_ensemble_text_matches_hf(server: Server, prompt: str, chat_ids: Any,
+def test_http_stream_ensemble_text_matches_hf(server: Server, prompt: str, chat_ids: Any, chat_text: Any,
                                               hf_greedy: Any, tokenizer: Any) -> None:
     expected = tokenizer.decode(hf_greedy(tuple(chat_ids(prompt)), MAX_TOKENS), skip_special_tokens=True)
-    body = {"text_input": prompt, "max_tokens": MAX_TOKENS}
+    body = {"text_input": chat_text(prompt), "max_tokens": MAX_TOKENS}  # templated by the client
     events = http_generate_stream(server.http, "ensemble", {**body, "stream": True})
     assert all("error" not in e for e in events), events
     streamed = "".join(e["text_output"] for e in events)
@@ -50,6 +50,19 @@ def test_http_stream_ensemble_text_matches_hf(server: Server, prompt: str, chat_
     check_content(prompt, streamed)
     whole = http_generate(server.http, "ensemble", {**body, "exclude_input_in_output": True})
     assert whole["status"] == 200 and whole["text_output"] == streamed
+
+
+@pytest.mark.parametrize("prompt", [*CHAT_PROMPTS, "Once upon a time"])
+def test_the_ensemble_gives_tt_llm_tokens_for_the_same_text(server: Server, prompt: str,
+                                                            chat_text: Any) -> None:
+    text = prompt if prompt == "Once upon a time" else chat_text(prompt)  # templated, and one raw
+    ensemble = http_generate(server.http, "ensemble", {"text_input": text, "max_tokens": MAX_TOKENS,
+                                                       "exclude_input_in_output": True})
+    direct = http_generate(server.http, "tt_llm", {
+        "text_input": text, "exclude_input_in_output": True,
+        "sampling_parameters": json.dumps({"temperature": 0, "max_tokens": MAX_TOKENS})})
+    assert ensemble["status"] == direct["status"] == 200
+    assert ensemble["text_output"] == direct["text_output"] != ""
 
 
 @pytest.mark.parametrize("prompt", TEXT_PROMPTS)

@@ -72,8 +72,8 @@ def test_mixed_batch_takes_the_host_path_and_plain_outputs_stay_the_same(server:
     assert final == pytest.approx(total, abs=1e-3)
 
 
-def test_ensemble_returns_trt_llm_log_probs(server: Server) -> None:
-    body: dict[str, Any] = {"text_input": CHAT_PROMPTS[0], "max_tokens": 6, "top_k": 5, "seed": 3}
+def test_ensemble_returns_trt_llm_log_probs(server: Server, chat_text: Any) -> None:
+    body: dict[str, Any] = {"text_input": chat_text(CHAT_PROMPTS[0]), "max_tokens": 6, "top_k": 5, "seed": 3}
     asked = http_generate(server.http, "ensemble", {**body, "return_log_probs": True})
     assert asked["status"] == 200, asked
     log_probs = asked["output_log_probs"]

@@ -1,9 +1,10 @@
 """The `preprocessing` (text → ids) and `postprocessing` (ids → text delta) Triton models.
 
 Both load the tokenizer of the same `model` option as `tt_llm`, so it always follows the model.
-Preprocessing treats `text_input` as a user message and applies the model's chat template when
-the tokenizer has one (`apply_chat_template`, default true): an instruct model answers a plain
-question instead of ending at once. Clients that send already-templated text set it false.
+Preprocessing tokenizes `text_input` as sent (`apply_chat_template`, default false), as TRT-LLM's
+ensemble does and as clients that template their own prompts (Triton's OpenAI frontend, ours)
+expect; with `apply_chat_template=true` it treats `text_input` as one user message and applies the
+model's chat template when the tokenizer has one.
 Postprocessing is stateless: `tt_llm` sends with every `output_ids` the `context_ids` that
 decoding them exactly needs (see tt_backend.text.detokenizer).
 """
@@ -40,7 +41,7 @@ def _error(message: str) -> Any:
 class PreprocessingModel:
     def initialize(self, args: dict[str, str]) -> None:
         self.tokenizer, params = _load(args, {"model", "apply_chat_template"})
-        choice = params.get("apply_chat_template", "true").strip().lower()
+        choice = params.get("apply_chat_template", "false").strip().lower()
         if choice not in ("true", "false"):
             raise ValueError(f"apply_chat_template={choice!r} is not a boolean (true/false)")
         self.chat = choice == "true" and bool(self.tokenizer.chat_template)
