@@ -53,19 +53,23 @@ def test_the_runtime_imports_no_model_definition_and_the_contract_no_other_layer
     assert (runtime_to_models, contract_out) == ([], [])
 
 
-def test_the_scheduler_loads_neither_torch_nor_the_runtime() -> None:
-    code = ("import sys; import tt_backend.scheduler.lane_coordinator, tt_backend.scheduler.kv_manager; "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tt_backend.runtime', "
-            "'tt_backend.engine', 'tt_backend.models', 'tt_backend.devices'))))")
+def _loaded_in_a_fresh_interpreter(modules: list[str], watched: list[str]) -> list[str]:
+    """Of `watched` (torch, and tt_backend part prefixes), the modules importing `modules` loads."""
+    code = (f"import sys; import {', '.join(modules)}; print(sorted(m for m in sys.modules "
+            f"if m == 'torch' or m.startswith({tuple(watched)!r})))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=PACKAGE.parent)
-    assert result.stdout.strip() == "[]"
+    return list(ast.literal_eval(result.stdout.strip()))
+
+
+def test_the_scheduler_loads_neither_torch_nor_the_runtime() -> None:
+    assert _loaded_in_a_fresh_interpreter(
+        ["tt_backend.scheduler.lane_coordinator", "tt_backend.scheduler.kv_manager"],
+        ["tt_backend.runtime", "tt_backend.engine", "tt_backend.models", "tt_backend.devices"]) == []
 
 
 def test_the_openai_front_loads_no_torch_and_no_engine() -> None:
-    code = ("import sys; import tt_backend.openai_front.app, tt_backend.openai_front.__main__; "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith(('tt_backend.runtime', "
-            "'tt_backend.engine', 'tt_backend.scheduler', 'tt_backend.triton', 'tt_backend.devices'))))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=PACKAGE.parent)
-    assert result.stdout.strip() == "[]"
+    assert _loaded_in_a_fresh_interpreter(
+        ["tt_backend.openai_front.app", "tt_backend.openai_front.__main__"],
+        ["tt_backend.runtime", "tt_backend.engine", "tt_backend.scheduler", "tt_backend.triton",
+         "tt_backend.devices"]) == []
