@@ -180,3 +180,19 @@ def test_a_client_that_disconnects_mid_stream_frees_its_kv(server: Server) -> No
     after = idle_scrape(server.metrics)
     assert after[series("vllm:kv_cache_usage_perc")] == 0
     assert after[series("vllm:num_requests_running")] == 0
+
+
+def test_seeded_stop_and_logprobs_behave_as_through_tt_llm(server: Server, client: OpenAI) -> None:
+    """The same sampling through the front and straight to tt_llm: the same text, stop, logprobs."""
+    prompt, params = "The best thing about the sea is", {"temperature": 0.9, "top_p": 0.95, "seed": 77,
+                                                         "max_tokens": 24, "stop": [" and"], "logprobs": 2}
+    front = client.completions.create(model=MODEL, prompt=prompt, **params)  # type: ignore[arg-type]
+    direct = requests.post(f"http://{server.http}/v2/models/tt_llm/generate", timeout=300, json={
+        "text_input": prompt, "sampling_parameters": json.dumps(params), "exclude_input_in_output": True,
+        "return_logprobs": True, "return_finish_reason": True}).json()
+    choice = front.choices[0]
+    assert choice.text == direct["text_output"] and choice.finish_reason == direct["finish_reason"]
+    sampled = [next(iter(position.values())) for position in json.loads(direct["logprobs"])]
+    assert choice.logprobs is not None
+    assert choice.logprobs.token_logprobs == [p["logprob"] for p in sampled]
+    assert choice.logprobs.tokens == [p["decoded_token"] for p in sampled]
