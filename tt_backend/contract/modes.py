@@ -7,6 +7,9 @@ same in logs, metric labels, shape keys and JSON as the strings they replace.
 from __future__ import annotations
 
 import enum
+from typing import TypeVar
+
+N = TypeVar("N", bound="Named")
 
 
 class Named(str, enum.Enum):
@@ -16,7 +19,7 @@ class Named(str, enum.Enum):
         return str(self.value)
 
     @classmethod
-    def parse(cls, field: str, value: object) -> Named:
+    def parse(cls: type[N], field: str, value: object) -> N:
         """The member named by `value`, or a ValueError naming the field and the choices."""
         try:
             return cls(value)

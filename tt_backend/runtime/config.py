@@ -40,7 +40,7 @@ class TraceConfig:
         chosen = TraceMode.parse("trace_mode", mode)
         if chosen is TraceMode.AUTO:
             return cls(TraceMode.ALL if device_type == "cpu" else TraceMode.DECODE_ONLY)
-        return cls(TraceMode(chosen))
+        return cls(chosen)
 
     @property
     def decode(self) -> bool:
@@ -66,7 +66,7 @@ class SamplingConfig:
 
     @classmethod
     def resolve(cls, mode: str, always_compat: bool = False) -> SamplingConfig:
-        return cls(SampleOnDeviceMode(SampleOnDeviceMode.parse("sample_on_device_mode", mode)), always_compat)
+        return cls(SampleOnDeviceMode.parse("sample_on_device_mode", mode), always_compat)
 
     def on_device(self, op: StepMode) -> bool:
         if self.always_compat:
