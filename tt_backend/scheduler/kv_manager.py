@@ -81,9 +81,8 @@ class KVCacheManager:
                        computed: ComputedBlocks = NO_COMPUTED_BLOCKS) -> int:
         """How many tokens after the first `start` fit in the request's blocks, `computed` and the
         blocks still free once `computed` is referenced."""
-        free = self.pool.num_free - sum(1 for b in computed.block_ids if self.pool.ref_count(b) == 0)
         held = len(self._of(request).block_ids) + len(computed.block_ids)
-        return (held + free) * self.block_size - start
+        return (held + self._free_after(computed)) * self.block_size - start
 
     def allocate_slots(self, request: Request, num_tokens: int,
                        computed: ComputedBlocks = NO_COMPUTED_BLOCKS) -> AllocatedSlots | None:
@@ -92,16 +91,14 @@ class KVCacheManager:
         held = self._of(request)
         assert not computed.block_ids or not held.block_ids, "a cached prefix starts an empty block list"
         need = -(-num_tokens // self.block_size) - len(held.block_ids) - len(computed.block_ids)
+        if need <= 0 and not computed.block_ids:  # most decode steps: the last block has room
+            return AllocatedSlots(tuple(held.block_ids), ())
+        if need > self._free_after(computed):
+            return None
         if computed.block_ids:
-            if need > self.pool.num_free - sum(1 for b in computed.block_ids if self.pool.ref_count(b) == 0):
-                return None
             self.pool.share(computed.block_ids)
             held.block_ids = list(computed.block_ids)
             held.num_cached = len(computed.block_ids)
-        elif need <= 0:
-            return AllocatedSlots(tuple(held.block_ids), ())
-        elif need > self.pool.num_free:
-            return None
         new = self.pool.allocate(need) if need > 0 else []
         held.block_ids.extend(new)
         return AllocatedSlots(tuple(held.block_ids), tuple(new))
@@ -130,6 +127,12 @@ class KVCacheManager:
         """Forget the request entirely (it finished); its blocks must be freed already."""
         held = self._held.pop(request.request_id, None)
         assert held is None or not held.block_ids, f"{request.request_id} still holds blocks"
+
+    def _free_after(self, computed: ComputedBlocks) -> int:
+        """Free blocks once `computed` is referenced (its unreferenced cached blocks leave the queue)."""
+        if not computed.block_ids:
+            return self.pool.num_free
+        return self.pool.num_free - sum(1 for b in computed.block_ids if self.pool.ref_count(b) == 0)
 
     def _of(self, request: Request) -> _Held:
         held = self._held.get(request.request_id)
