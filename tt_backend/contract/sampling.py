@@ -61,6 +61,12 @@ class SampledTokens:
     logprobs: tuple[TokenLogprobs | None, ...] | None = None
     """Per sampling row, when the host path ran (None for rows that asked for none)."""
 
+    @classmethod
+    def read(cls, tokens: torch.Tensor, logprobs: tuple[TokenLogprobs | None, ...] | None = None
+             ) -> SampledTokens:
+        """From a step's token ids [rows] (read to the host here, if they are not there yet)."""
+        return cls(tuple(tokens.tolist()), logprobs)
+
 
 class HostSampling(Protocol):
     """The host path of one step: its sampling rows' logits in, their tokens out."""

@@ -96,7 +96,7 @@ class ModelRunner:
         host = sampling.host
         if host is not None:  # sampled where the logits are (on CUDA: on the GPU)
             return self.reader.after_launched(lambda: host.sample(self.execute(plan, sampling)))
-        return SampledTokens(tuple(self.reader.read(lambda: self.execute(plan, sampling)).tolist()))
+        return SampledTokens.read(self.reader.read(lambda: self.execute(plan, sampling)))
 
     def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
         """Launch a decode step that samples on the device, without waiting; return the read's
@@ -112,7 +112,7 @@ class ModelRunner:
         return self.reader.submit(work)
 
     def complete(self, handle: int) -> SampledTokens:
-        return SampledTokens(tuple(self.reader.complete(handle).tolist()))
+        return SampledTokens.read(self.reader.complete(handle))
 
     def drain(self) -> int:
         """Wait for every launched step and drop its result; return how many there were."""

@@ -131,4 +131,4 @@ class HostBatch:
 
     def sample(self, logits: torch.Tensor) -> SampledTokens:
         sample = host_sample(logits, self.rows, self.tensors.to(logits.device))
-        return SampledTokens(tuple(sample.tokens.tolist()), sample.logprobs)
+        return SampledTokens.read(sample.tokens, sample.logprobs)
