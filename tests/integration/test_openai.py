@@ -91,6 +91,22 @@ def test_completion_streamed_and_not_with_logprobs_and_stop(client: OpenAI) -> N
     assert echoed.choices[0].text == "The capital of France is" + choice.text
 
 
+def test_a_prompt_of_token_ids_gives_the_text_prompts_completion(client: OpenAI, tokenizer: Any) -> None:
+    """Ids go to tt_llm as they are (no special tokens added): the text prompt's own ids give its
+    completion, usage counts them exactly, and echo gives them back as text."""
+    prompt = "The capital of France is"
+    ids = list(tokenizer(prompt).input_ids)
+    by_text = client.completions.create(model=MODEL, prompt=prompt, max_tokens=10, temperature=0)
+    by_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=10, temperature=0, echo=True)
+    assert by_ids.choices[0].text == tokenizer.decode(ids) + by_text.choices[0].text
+    assert by_ids.usage is not None and by_ids.usage.prompt_tokens == len(ids)
+    streamed = list(client.completions.create(model=MODEL, prompt=[ids], max_tokens=10, temperature=0,
+                                              stream=True))
+    assert "".join(p.choices[0].text for p in streamed if p.choices) == by_text.choices[0].text
+    with pytest.raises(BadRequestError, match="outside the vocabulary"):
+        client.completions.create(model=MODEL, prompt=[1, 10**6], max_tokens=2)
+
+
 def test_seeded_sampling_repeats(client: OpenAI) -> None:
     def ask() -> str | None:
         reply = client.chat.completions.create(

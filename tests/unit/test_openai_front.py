@@ -3,15 +3,19 @@ serve, and 503 while Triton cannot be reached (the integration tests run it over
 
 from __future__ import annotations
 
+import json
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from tests.integration.test_openai import BAD
+from tt_backend.openai_front import app as app_module
 from tt_backend.openai_front.app import FrontConfig, create_app
+from tt_backend.openai_front.requests import GenerateCall
+from tt_backend.openai_front.triton_stream import Delta, TritonError
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -26,10 +30,13 @@ def closed_port() -> int:
 def front() -> Iterator[TestClient]:
     config = FrontConfig(f"127.0.0.1:{closed_port()}", MODEL, 8192, max_body_bytes=1 << 16)
 
-    def render(messages: list[dict[str, Any]]) -> str:
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+    def render(messages: list[dict[str, Any]]) -> list[int]:
+        return [ord(c) for c in "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"]
 
-    with TestClient(create_app(config, render, len)) as client:
+    def decode(ids: tuple[int, ...]) -> str:
+        return "".join(map(chr, ids))
+
+    with TestClient(create_app(config, render, decode)) as client:
         yield client
 
 
@@ -50,7 +57,9 @@ def test_a_bad_chat_field_is_a_400_naming_it(front: TestClient, change: dict[str
 
 
 @pytest.mark.parametrize(("body", "field"), [
-    ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [1, 2, 3]}, "prompt"), ({"prompt": None}, "prompt"),
+    ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": [[1], [2]]}, "prompt"), ({"prompt": None}, "prompt"),
+    ({"prompt": []}, "prompt"), ({"prompt": [1, "a"]}, "prompt"), ({"prompt": [True]}, "prompt"),
+    ({"prompt": [1.5]}, "prompt"),
     ({"prompt": "hi", "suffix": "!"}, "suffix"), ({"prompt": "hi", "echo": 1}, "echo"),
     ({"prompt": "hi", "logprobs": 21}, "logprobs"), ({"prompt": "hi", "best_of": 2}, "best_of"),
 ])
@@ -70,3 +79,49 @@ def test_unknown_model_bad_json_big_bodies_and_no_triton(front: TestClient) -> N
     down = front.post("/v1/chat/completions",
                       json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
     assert down.status_code == 503 and down.json()["error"]["type"] == "server_error"
+
+
+@pytest.fixture
+def triton_calls(monkeypatch: pytest.MonkeyPatch) -> list[GenerateCall]:
+    """Triton replaced by a stream of two deltas that then fails: what a backend error mid-stream
+    looks like to the front. Records the calls the front makes."""
+    calls: list[GenerateCall] = []
+
+    async def failing(client: Any, model: str, call: GenerateCall) -> AsyncIterator[Delta]:
+        calls.append(call)
+        yield Delta("Hel", 1, num_prompt_tokens=len(call.prompt))
+        yield Delta("lo", 1)
+        raise TritonError("engine failed: the step raised", 500)
+
+    monkeypatch.setattr(app_module, "stream", failing)
+    return calls
+
+
+def test_a_backend_error_mid_stream_ends_it_with_an_error_event_then_done(
+        front: TestClient, triton_calls: list[GenerateCall]) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    with front.stream("POST", "/v1/chat/completions", json=body) as reply:
+        assert reply.status_code == 200
+        lines = [line for line in reply.iter_lines() if line]
+    assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
+    events = [json.loads(line[6:]) for line in lines[:-1]]
+    assert [e["choices"][0]["delta"].get("content") for e in events[:2]] == ["Hel", "lo"]
+    assert events[2] == {"error": {"message": "engine failed: the step raised", "type": "server_error",
+                                   "param": None, "code": 500}}
+    assert len(events) == 3
+    # The chat template renders to token ids; the front sends them as they are.
+    assert triton_calls[0].prompt == tuple(ord(c) for c in "<user>hi<assistant>")
+    whole = front.post("/v1/chat/completions", json={**body, "stream": False})
+    assert whole.status_code == 500 and whole.json()["error"]["message"] == "engine failed: the step raised"
+
+
+def test_a_prompt_of_token_ids_is_sent_as_ids_and_echoed_as_text(
+        front: TestClient, triton_calls: list[GenerateCall]) -> None:
+    for prompt in ([72, 105], [[72, 105]]):
+        reply = front.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "echo": True,
+                                                    "max_tokens": 2, "stream": True})
+        first = json.loads(next(line for line in reply.iter_lines() if line)[6:])
+        assert first["choices"][0]["text"] == "HiHel"  # the prompt decoded, then the first delta
+    assert [c.prompt for c in triton_calls] == [(72, 105), (72, 105)]
+    text = front.post("/v1/completions", json={"model": MODEL, "prompt": ["Hi"], "max_tokens": 2})
+    assert text.status_code == 500 and triton_calls[-1].prompt == "Hi"

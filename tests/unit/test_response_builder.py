@@ -51,6 +51,14 @@ def test_ids_mode_carries_context_and_prompt_ids() -> None:
     assert final["output_ids"].tolist() == [1, 2, 3, 5, 6] and final["context_ids"].tolist() == []
 
 
+def test_ids_mode_sends_the_engines_text_when_asked() -> None:
+    """The OpenAI front's schema: ids in, ids and the detokenized text out."""
+    req = GenerateRequest(None, (1, 2), SamplingParams(), stream=True, return_text_output=True)
+    sent = ResponseBuilder(req, (1, 2)).on_output(out((5, 6), " there"))
+    assert sent is not None and sent["text_output"].tolist() == [b" there"]
+    assert sent["output_ids"].tolist() == [5, 6]
+
+
 def test_logprobs_outputs_in_both_schemas() -> None:
     positions = ({5: Logprob(-0.5, 2, "a"), 8: Logprob(-0.25, 1, "b")}, {6: Logprob(-1.0, 1, "c")})
     first = RequestOutput("r", (5,), (9,), "a", 3, None, None, positions[:1], -0.5)

@@ -34,15 +34,16 @@ def main() -> None:
     name = args.served_model_name or _name(model_dir)
     config = FrontConfig(args.triton_url, name, max_len, max_body_bytes=args.max_body_bytes)
 
-    def render(messages: list[dict[str, str]]) -> str:
-        return str(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+    def render(messages: list[dict[str, str]]) -> list[int]:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
 
-    def count(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False).input_ids)
+    def decode(ids: tuple[int, ...]) -> str:
+        return str(tokenizer.decode(list(ids)))
 
     logging.getLogger(__name__).info("OpenAI front for %s (max_model_len %d) on http://%s:%d, Triton at %s",
                                      name, max_len, args.host, args.port, args.triton_url)
-    uvicorn.run(create_app(config, render, count), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(config, render, decode), host=args.host, port=args.port, log_level="warning")
 
 
 def _name(model_dir: Path) -> str:

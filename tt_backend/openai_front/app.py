@@ -36,10 +36,10 @@ def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status, param), status_code=status)
 
 
-def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]], str],
-               count_tokens: Callable[[str], int]) -> FastAPI:
-    """`render_chat`: messages → prompt text through the model's chat template; `count_tokens`:
-    the prompt's length, for chat's default max_tokens (what the context has left)."""
+def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]], list[int]],
+               decode: Callable[[tuple[int, ...]], str]) -> FastAPI:
+    """`render_chat`: messages → prompt token ids through the model's chat template; `decode`:
+    token ids → text (to echo a completion prompt sent as ids)."""
     clients: dict[str, grpcclient.InferenceServerClient] = {}
 
     @asynccontextmanager
@@ -88,8 +88,8 @@ def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]]
             body = await body_of(request)
             if chat:
                 call = chat_call(body, render_chat)
-                if "max_tokens" not in call.sampling:
-                    left = config.max_model_len - count_tokens(call.prompt)
+                if "max_tokens" not in call.sampling:  # what the context has left
+                    left = config.max_model_len - len(call.prompt)
                     call = dataclasses.replace(call, sampling={**call.sampling, "max_tokens": max(left, 1)})
             else:
                 call = completion_call(body)
@@ -106,7 +106,8 @@ def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]]
         except StopAsyncIteration:
             return _error("the server ended the request without output", 500)
         if call.stream:
-            return StreamingResponse(_events(envelope, call, first, deltas), media_type="text/event-stream")
+            return StreamingResponse(_events(envelope, call, echo_text(call), first, deltas),
+                                     media_type="text/event-stream")
         choice = Choice(chat)
         try:
             _take(choice, first, call)
@@ -114,7 +115,12 @@ def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]]
                 _take(choice, delta, call)
         except TritonError as exc:
             return _error(str(exc), exc.status)
-        return JSONResponse(envelope.completion(choice, call.prompt if call.echo else ""))
+        return JSONResponse(envelope.completion(choice, echo_text(call)))
+
+    def echo_text(call: GenerateCall) -> str:
+        if not call.echo:
+            return ""
+        return call.prompt if isinstance(call.prompt, str) else decode(call.prompt)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -139,14 +145,13 @@ def _take(choice: Choice, delta: Delta, call: GenerateCall) -> list[dict[str, An
     return entries
 
 
-async def _events(envelope: Envelope, call: GenerateCall, first: Delta,
+async def _events(envelope: Envelope, call: GenerateCall, prefix: str, first: Delta,
                   deltas: AsyncIterator[Delta]) -> AsyncIterator[str]:
     """The SSE stream: one chunk per delta (the first with the role, or the echoed prompt), the
     finish reason on the last, then usage if asked, then [DONE]. An error mid-stream is an error
     event before [DONE]."""
     choice = Choice(envelope.chat)
     delta: Delta | None = first
-    prefix = call.prompt if call.echo else ""
     try:
         while delta is not None:
             entries = _take(choice, delta, call)

@@ -1,5 +1,8 @@
 """OpenAI request bodies → what one `tt_llm` stream needs, with OpenAI's field names in every error.
 
+Chat messages go through the model's chat template to token ids here (as vLLM does: the template
+already holds the special tokens, so nothing is added to them); a completion's prompt goes as the
+client sent it, text (tokenised by `tt_llm` with the tokenizer's special tokens) or token ids.
 Sampling fields map onto vLLM's SamplingParams names (`tt_llm`'s `sampling_parameters`), checked
 here with SamplingParams itself so a bad value is a 400 naming the field before Triton sees it.
 """
@@ -38,9 +41,10 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True)
 class GenerateCall:
-    """One `tt_llm` stream: the prompt text and its sampling parameters."""
+    """One `tt_llm` stream: the prompt and its sampling parameters."""
 
-    prompt: str
+    prompt: str | tuple[int, ...]
+    """Text (`text_input`) or token ids (`input_ids`)."""
     sampling: dict[str, Any]
     stream: bool
     include_usage: bool
@@ -49,8 +53,8 @@ class GenerateCall:
     echo: bool = False
 
 
-def chat_call(body: dict[str, Any], render: Callable[[list[dict[str, Any]]], str]) -> GenerateCall:
-    """A chat completion: `messages` through the model's chat template (`render`)."""
+def chat_call(body: dict[str, Any], render: Callable[[list[dict[str, Any]]], list[int]]) -> GenerateCall:
+    """A chat completion: `messages` through the model's chat template (`render`, to token ids)."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list of messages", "messages")
@@ -61,17 +65,12 @@ def chat_call(body: dict[str, Any], render: Callable[[list[dict[str, Any]]], str
     elif body.get("top_logprobs") is not None:
         raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    return _call(body, render(rendered), max_tokens, "max_completion_tokens"
+    return _call(body, tuple(render(rendered)), max_tokens, "max_completion_tokens"
                  if "max_completion_tokens" in body else "max_tokens", logprobs, echo=False)
 
 
 def completion_call(body: dict[str, Any]) -> GenerateCall:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise BadRequest("prompt must be a string (lists of prompts and token ids are not supported yet)",
-                         "prompt")
+    prompt = _prompt(body.get("prompt"))
     logprobs = body.get("logprobs")
     if logprobs is not None:
         logprobs = _int(body, "logprobs", 0)
@@ -79,8 +78,23 @@ def completion_call(body: dict[str, Any]) -> GenerateCall:
                  echo=_bool(body, "echo", False))
 
 
-def _call(body: dict[str, Any], prompt: str, max_tokens: Any, max_name: str, logprobs: int | None,
-          echo: bool) -> GenerateCall:
+def _prompt(prompt: Any) -> str | tuple[int, ...]:
+    """A completion's one prompt: text, token ids, or a list holding one of them."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                   for t in prompt):
+        return tuple(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str | list) for p in prompt):
+        raise BadRequest(f"prompt holds {len(prompt)} prompts; send one prompt per request", "prompt")
+    raise BadRequest(f"prompt must be a string or a non-empty list of token ids, got {str(prompt)[:80]!r}",
+                     "prompt")
+
+
+def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, max_name: str,
+          logprobs: int | None, echo: bool) -> GenerateCall:
     for name, reason in _REFUSED.items():
         if body.get(name) is not None:
             raise BadRequest(f"{name}: {reason}", name)

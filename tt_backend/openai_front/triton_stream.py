@@ -1,7 +1,8 @@
 """One `tt_llm` stream over tritonclient's asyncio gRPC client, as a stream of text deltas.
 
-`tt_llm` takes the vllm_backend schema: `text_input`, `sampling_parameters` (JSON), `stream`,
-and the `return_*` flags for the finish reason, the server's token counts and logprobs. The
+`tt_llm` takes the vllm_backend schema: `text_input` (or `input_ids` with `return_text_output`,
+for a prompt of token ids), `sampling_parameters` (JSON), `stream`, and the `return_*` flags for
+the finish reason, the server's token counts and logprobs. The
 request side of the gRPC stream stays open until the final response arrives; leaving the
 iteration early (the HTTP client went away) cancels the stream, and Triton ends the request.
 """
@@ -57,14 +58,18 @@ def _text(value: str) -> np.ndarray:
 async def stream(client: grpcclient.InferenceServerClient, model: str, call: GenerateCall
                  ) -> AsyncIterator[Delta]:
     """The deltas of one generation, the last with its finish reason."""
+    prompt = (_input("text_input", _text(call.prompt), "BYTES") if isinstance(call.prompt, str)
+              else _input("input_ids", np.array(call.prompt, dtype=np.int32), "INT32"))
     inputs = [
-        _input("text_input", _text(call.prompt), "BYTES"),
+        prompt,
         _input("sampling_parameters", _text(json.dumps(call.sampling)), "BYTES"),
         _input("stream", np.array([True]), "BOOL"),
         _input("exclude_input_in_output", np.array([True]), "BOOL"),
         *(_input(flag, np.array([True]), "BOOL") for flag in
           ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")),
     ]
+    if not isinstance(call.prompt, str):
+        inputs.append(_input("return_text_output", np.array([True]), "BOOL"))
     if call.logprobs is not None:
         inputs.append(_input("return_logprobs", np.array([True]), "BOOL"))
     finished = asyncio.Event()

@@ -8,7 +8,8 @@ Two schemas arrive here:
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repetition_penalty`, `presence_penalty`,
   `frequency_penalty`, `end_id`, `pad_id`, the string lists `stop_words` and `bad_words`, and
   `return_log_probs`; ids come back as `output_ids` with `context_ids` for exact detokenization
-  in `postprocessing`, and `output_log_probs` / `cum_log_probs`.
+  in `postprocessing`, and `output_log_probs` / `cum_log_probs`. `return_text_output` adds the
+  engine's detokenized `text_output` as well (the OpenAI front sends token ids and reads text).
   As in TRT-LLM, a request with neither `top_k` nor `top_p` (or both 0) decodes greedily.
 Asking for logprobs without `logprobs` in the sampling parameters returns the sampled tokens'
 logprobs (logprobs=0).
@@ -28,7 +29,8 @@ from tt_backend.sampling.params import SamplingParams
 _TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "min_p", "seed",
                 "repetition_penalty", "presence_penalty", "frequency_penalty", "end_id", "pad_id")
 _FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
-          "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob", "return_log_probs")
+          "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob", "return_log_probs",
+          "return_text_output")
 KNOWN_INPUTS = frozenset({"text_input", "input_ids", "sampling_parameters", "stop_words",
                           "bad_words", *_TRT_SCALARS, *_FLAGS})
 
@@ -48,6 +50,8 @@ class GenerateRequest:
     return_cumulative_logprob: bool = False
     return_log_probs: bool = False
     """TRT-LLM's flag (ids schema): `output_log_probs` and `cum_log_probs` carry real values."""
+    return_text_output: bool = False
+    """Ids schema: send `text_output` beside `output_ids` (the text schema always sends it)."""
 
     @property
     def ids_mode(self) -> bool:

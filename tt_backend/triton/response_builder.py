@@ -58,9 +58,9 @@ class ResponseBuilder:
                  num_output_tokens: int, logprobs: tuple[PositionLogprobs, ...] | list[PositionLogprobs]
                  ) -> Tensors:
         req = self.request
-        tensors: Tensors = (
-            {"output_ids": _ids(ids), "context_ids": _ids(context)} if req.ids_mode
-            else {"text_output": string_tensor(text)})
+        tensors: Tensors = {"output_ids": _ids(ids), "context_ids": _ids(context)} if req.ids_mode else {}
+        if not req.ids_mode or req.return_text_output:
+            tensors["text_output"] = string_tensor(text)
         if req.ids_mode:
             sampled = [_sampled_logprob(p) for p in logprobs] if req.return_log_probs else []
             tensors["output_log_probs"] = np.array(sampled or [0.0] * num_output_tokens, dtype=np.float32)
