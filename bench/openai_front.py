@@ -25,7 +25,7 @@ import requests
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, measure, prompt_text, stop, stream_vllm, wait_http  # noqa: E402
+from compare import RESULTS, ROOT, measure, prompt_text, stop, stream_openai, wait_http  # noqa: E402
 
 
 def stream_grpc(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
@@ -87,7 +87,7 @@ def main() -> None:
     try:
         wait_http(f"http://127.0.0.1:{front}/health", proc, log)
         model = requests.get(f"http://127.0.0.1:{front}/v1/models", timeout=10).json()["data"][0]["id"]
-        paths = {"front": (functools.partial(stream_vllm, model=model), front), "grpc": (stream_grpc, grpc)}
+        paths = {"front": (functools.partial(stream_openai, model=model), front), "grpc": (stream_grpc, grpc)}
         warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
         for stream, port in paths.values():
             measure(stream, port, warm, 1, 8)
