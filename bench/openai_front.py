@@ -70,6 +70,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=100)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=0, help="per concurrency (default: max(3, 2 x c))")
     parser.add_argument("--port", type=int, default=18300)
     args = parser.parse_args()
     from tt_backend.models.checkpoint import resolve_model_dir
@@ -96,7 +97,7 @@ def main() -> None:
         print("conc |   tok/s front / grpc = ratio | TTFT p50 ms front / grpc = ratio | "
               "ITL p50 ms front / grpc = ratio")
         for c in (int(x) for x in args.concurrency.split(",")):
-            prompts = [prompt_text(tokenizer, args.prompt_tokens, seed) for seed in range(max(3, 2 * c))]
+            prompts = [prompt_text(tokenizer, args.prompt_tokens, seed) for seed in range(args.requests or max(3, 2 * c))]
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
             for _ in range(args.rounds):
                 for name, (stream, port) in paths.items():
