@@ -19,10 +19,12 @@ from dataclasses import dataclass
 
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import RequestStatus, StepMode
+from tt_backend.engine.grammar_compiler import GrammarCompiler
 from tt_backend.engine.output_processor import OutputCallback, OutputProcessor
 from tt_backend.engine.pipeline import StepPipeline
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
 from tt_backend.runtime.runner import ModelRunner
+from tt_backend.sampling.grammar import GrammarBackend
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.processors import lookup
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator
@@ -57,9 +59,10 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.scheduler = LaneCoordinator(scheduler_config, config.data_parallel_size)
-        self.stats = StatsCollector(self.scheduler, self._execution_counters)
+        self.grammars = GrammarCompiler(GrammarBackend(tokenizer, vocab_size, eos_token_ids).compile)
+        self.stats = StatsCollector(self.scheduler, self._execution_counters, self.grammars.take_stats)
         self.outputs = OutputProcessor(self.scheduler, tokenizer, eos_token_ids, self.max_model_len,
-                                       self.stats, config.seed, self._release_id)
+                                       self.stats, config.seed, self._release_id, self.grammars)
         self.pipeline = StepPipeline(self.scheduler, runner, self.outputs.live, bool(config.async_scheduling),
                                      self.max_model_len)
         self._intake: deque[_Add | _Abort] = deque()
@@ -147,6 +150,7 @@ class LLMEngine:
         self._drain_intake()
         self.pipeline.abandon()
         self.outputs.finish_all(RequestStatus.FINISHED_ABORTED)
+        self.grammars.shutdown()
         self.runner.close()
 
     def _run(self) -> None:
@@ -190,9 +194,10 @@ class LLMEngine:
         return result.mode
 
     def _take_intake(self) -> bool:
-        """Apply queued adds and aborts (reporting at once what they changed); return whether
-        there were any."""
+        """Apply queued adds and aborts (reporting at once what they changed), and admit the
+        requests whose grammars compiled; return whether there were any adds or aborts."""
         had_intake = self._drain_intake()
+        self.outputs.resolve_grammars()
         if not self.scheduler.has_work or self.stats.has_finished:
             self.stats.report(None)  # aborts applied: report now, not after the next step
         return had_intake

@@ -12,15 +12,19 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from tt_backend.contract.modes import FinishReason, RequestStatus
 from tt_backend.contract.sampling import SampledTokens, TokenLogprobs
+from tt_backend.engine.grammar_compiler import GrammarCompiler
 from tt_backend.engine.outputs import Logprob, PositionLogprobs, RequestOutput
 from tt_backend.engine.stats import FinishedRequestStats
 from tt_backend.engine.stats_collector import StatsCollector
 from tt_backend.engine.step_sampling import RequestSampling, SamplingRow
 from tt_backend.engine.stop_strings import OutputText
+from tt_backend.sampling.grammar import GrammarMatcher
 from tt_backend.sampling.host_sampler import bad_word_token_ids
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
@@ -48,10 +52,13 @@ class LiveRequest:
     logprobs: list[PositionLogprobs] = dataclasses.field(default_factory=list)
     """Logprobs of tokens not yet handed out (the detokenizer may hold tokens back)."""
     cumulative_logprob: float = 0.0
+    grammar: GrammarMatcher | None = None
+    """Its structured-output matcher, once compiled (the request is parked until then)."""
+    compiling: Future[Any] | None = None
 
     @property
     def row(self) -> SamplingRow:
-        return SamplingRow(self.request, self.sampling)
+        return SamplingRow(self.request, self.sampling, self.grammar)
 
 
 def tokens_left(request: Request, max_model_len: int) -> int:
@@ -64,7 +71,7 @@ def tokens_left(request: Request, max_model_len: int) -> int:
 class OutputProcessor:
     def __init__(self, scheduler: LaneCoordinator, tokenizer: Tokenizer, eos_token_ids: frozenset[int],
                  max_model_len: int, stats: StatsCollector, seed: int,
-                 on_finished: Callable[[str], None]) -> None:
+                 on_finished: Callable[[str], None], grammars: GrammarCompiler | None = None) -> None:
         self.scheduler = scheduler
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
@@ -73,6 +80,8 @@ class OutputProcessor:
         self.live: dict[str, LiveRequest] = {}
         self._seeds = random.Random(seed)
         self._on_finished = on_finished
+        self.grammars = grammars
+        self._compiling: dict[str, LiveRequest] = {}
 
     def admit(self, request: Request, on_output: OutputCallback, arrival: float) -> None:
         """Start tracking the request and hand it to the scheduler."""
@@ -83,10 +92,28 @@ class OutputProcessor:
                                        params.bad_words) if params.bad_words else ()
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids,
                                              params.skip_special_tokens)
-        self.live[request.request_id] = LiveRequest(
-            request, detokenizer, on_output, RequestSampling(seed, bannable, bad_words),
-            OutputText(params.stop, params.include_stop_str_in_output), arrival)
+        live = LiveRequest(request, detokenizer, on_output, RequestSampling(seed, bannable, bad_words),
+                           OutputText(params.stop, params.include_stop_str_in_output), arrival)
+        self.live[request.request_id] = live
+        if params.structured_outputs is not None:
+            assert self.grammars is not None, "the engine validates structured outputs on add"
+            live.compiling = self.grammars.submit(params.structured_outputs)
+            request.precondition = lambda: live.grammar is not None  # parked until compiled
+            self._compiling[request.request_id] = live
         self.scheduler.add(request)
+
+    def resolve_grammars(self) -> None:
+        """Give each request whose grammar compiled its matcher (so the scheduler admits it); end
+        those whose grammar failed to compile with the compile error."""
+        for request_id, live in list(self._compiling.items()):
+            if live.compiling is None or not live.compiling.done():
+                continue
+            del self._compiling[request_id]
+            try:
+                live.grammar = GrammarMatcher(live.compiling.result())
+            except Exception as exc:  # noqa: BLE001 (the compile error ends only this request)
+                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=str(exc))
+            live.compiling = None
 
     def apply(self, step: ScheduledStep, sampled: SampledTokens) -> None:
         """Hand the step's tokens to the scheduler, then process each (with its logprobs)."""
@@ -125,6 +152,7 @@ class OutputProcessor:
         lane = self.scheduler.lane_of[request_id]
         self.scheduler.finish(request_id, status)
         live = self.live.pop(request_id)
+        self._compiling.pop(request_id, None)
         self._on_finished(request_id)
         context, new = tokens or ((), ())
         reason = status.finish_reason
@@ -148,14 +176,21 @@ class OutputProcessor:
             reason = RequestStatus.FINISHED_STOPPED
         elif tokens_left(request, self.max_model_len) <= 0:
             reason = RequestStatus.FINISHED_LENGTH
+        error = None
+        if live.grammar is not None:
+            if not live.grammar.accept(token):
+                reason, error = RequestStatus.FINISHED_ERROR, f"the grammar refused token {token}: " + (
+                    live.grammar.error or "not allowed here")
+            elif live.grammar.is_terminated:  # the output is complete
+                reason = reason or RequestStatus.FINISHED_STOPPED
         delta = live.detokenizer.add(token, flush=reason is not None)
         if delta is None:
             return
         context, new, text = delta
-        if live.text.append(text) is not None:
+        if live.text.append(text) is not None and error is None:
             reason = RequestStatus.FINISHED_STOPPED
         if reason is not None:
-            self.finish(request.request_id, reason, (context, new))
+            self.finish(request.request_id, reason, (context, new), error)
         else:
             live.on_output(self._output(live, context, new))
 

@@ -43,4 +43,9 @@ class EngineStats:
     """Times the async decode pipeline stopped running ahead and drained."""
     host_sampling_steps: int = 0
     """Steps whose batch sampled on the host (a row needed logits: logprobs, penalties, ...)."""
+    num_parked: int = 0
+    """Waiting requests parked in skipped_waiting (their grammar is compiling); in num_waiting too."""
+    grammar_compile_seconds: tuple[float, ...] = ()
+    """Structured-output grammars compiled since the last report (engine-wide: on lane 0)."""
+    grammar_cache_hits: int = 0
     finished: tuple[FinishedRequestStats, ...] = field(default_factory=tuple)

@@ -18,14 +18,19 @@ StatsListener = Callable[[EngineStats], None]
 ExecutionCounters = Callable[[], tuple[int, int, int, int]]
 """Totals so far: eager steps, traced steps, decode drains, host-sampling steps."""
 
+GrammarCounters = Callable[[], tuple[list[float], int]]
+"""Grammar compile times and compile-cache hits since the last call."""
+
 _NO_EXECUTION = (0, 0, 0, 0)
 
 
 class StatsCollector:
-    def __init__(self, scheduler: LaneCoordinator, counters: ExecutionCounters) -> None:
+    def __init__(self, scheduler: LaneCoordinator, counters: ExecutionCounters,
+                 grammars: GrammarCounters | None = None) -> None:
         self.scheduler = scheduler
         self.listener: StatsListener | None = None
         self._counters = counters
+        self._grammars = grammars
         lanes = range(len(scheduler.lanes))
         self._finished: dict[int, list[FinishedRequestStats]] = {lane: [] for lane in lanes}
         self._prompt_tokens = dict.fromkeys(lanes, 0)  # since the last report
@@ -56,6 +61,7 @@ class StatsCollector:
         now = self._counters()
         executed = tuple(a - b for a, b in zip(now, self._reported_counters, strict=True))
         self._reported_counters = now
+        compiled, hits = self._grammars() if self._grammars is not None else ([], 0)
         for lane, sched in enumerate(self.scheduler.lanes):
             last = self._reported[lane]
             mode: StepMode | None = None
@@ -70,7 +76,9 @@ class StatsCollector:
                 prefix_cache_queries=sched.stats.prefix_cache_queries - last.prefix_cache_queries,
                 prefix_cache_hits=sched.stats.prefix_cache_hits - last.prefix_cache_hits,
                 eager_steps=counts[0], traced_steps=counts[1], decode_drains=counts[2],
-                host_sampling_steps=counts[3],
+                host_sampling_steps=counts[3], num_parked=len(sched.skipped),
+                grammar_compile_seconds=tuple(compiled) if lane == 0 else (),
+                grammar_cache_hits=hits if lane == 0 else 0,
                 finished=tuple(self._finished[lane]))
             self._reported[lane] = dataclasses.replace(sched.stats)
             self._prompt_tokens[lane] = self._generation_tokens[lane] = 0

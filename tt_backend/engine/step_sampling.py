@@ -3,7 +3,8 @@ chain), and the inputs of either.
 
 A batch takes the device path when the operation may sample on the device
 (`sample_on_device_mode`, `always_compat_sampling`) and no row needs the host: logprobs,
-penalties, logit bias, allowed ids, bad words, custom processors, or min_tokens still banning EOS.
+penalties, logit bias, allowed ids, bad words, custom processors, a structured-output grammar, or
+min_tokens still banning EOS.
 One such row sends the whole batch through the host path for that step; the next batch decides
 again. Both paths choose tokens with the same function, so a row's token does not depend on the
 path its batch took.
@@ -18,6 +19,7 @@ from tt_backend.contract.modes import StepMode, StepVariant
 from tt_backend.contract.sampling import SamplingPlan
 from tt_backend.runtime.config import SamplingConfig
 from tt_backend.sampling.device_sampler import sampling_tensors, variant_for
+from tt_backend.sampling.grammar import GrammarMatcher
 from tt_backend.sampling.host_sampler import HostBatch, HostRow
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.scheduler.request import Request
@@ -44,6 +46,7 @@ class RequestSampling:
 class SamplingRow:
     request: Request
     sampling: RequestSampling
+    grammar: GrammarMatcher | None = None
 
 
 def samples_on_device(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow], ahead: int) -> bool:
@@ -68,6 +71,6 @@ def plan_sampling(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingR
     host_rows = tuple(HostRow(r.request.sampling, r.request.prompt_token_ids,
                               tuple(r.request.output_token_ids),
                               r.sampling.banned(r.request.sampling, len(r.request.output_token_ids) + ahead),
-                              r.sampling.bad_words) for r in sampling)
+                              r.sampling.bad_words, r.grammar) for r in sampling)
     sampled_tensors = tensors.rows([i for i, r in enumerate(rows) if r is not None], len(sampling))
     return SamplingPlan(StepVariant.LOGITS, tensors, HostBatch(host_rows, sampled_tensors))

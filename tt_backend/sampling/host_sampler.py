@@ -3,7 +3,8 @@
 The chain follows vLLM's sampler (v1), so the same request gets the same logits here as there:
 1. logprobs, when asked for, are of the raw logits (vLLM's default `raw_logprobs`);
 2. allowed_token_ids, bad words, logit bias and min_tokens (EOS and stop ids banned) edit the
-   logits; then custom processors run;
+   logits; then custom processors run; then a structured-output grammar masks what it forbids
+   (vLLM applies the grammar's bitmask before its sampler too);
 3. repetition, frequency and presence penalties;
 4. the device sampler's own `select_tokens` picks the token (temperature, min-p, top-k, top-p and
    the counter-based seed), so a row gets the same token on either path from the same logits.
@@ -18,6 +19,7 @@ import torch
 
 from tt_backend.contract.sampling import SampledTokens, SamplingTensors, TokenLogprobs
 from tt_backend.sampling.device_sampler import select_tokens, variant_for
+from tt_backend.sampling.grammar import GrammarMatcher, allowed_tokens
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.processors import lookup
 
@@ -33,6 +35,8 @@ class HostRow:
     """Token ids that may not be sampled now (min_tokens keeps EOS and stop ids out)."""
     bad_words: tuple[tuple[int, ...], ...] = ()
     """Token sequences of the bad words (see `bad_word_token_ids`)."""
+    grammar: GrammarMatcher | None = None
+    """The structured-output matcher, in its state after the tokens so far."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,11 @@ def process_logits(logits: torch.Tensor, rows: Sequence[HostRow]) -> torch.Tenso
         for name in p.logits_processors:
             x.copy_(lookup(name)(tuple(row.output_ids), x))
         _penalise(x, p, row.prompt_ids, row.output_ids)
+    constrained = [i for i, row in enumerate(rows) if row.grammar is not None]
+    if constrained:  # every grammar's mask at once, filled in parallel
+        grammars = [g for g in (rows[i].grammar for i in constrained) if g is not None]
+        allowed = allowed_tokens(grammars, logits.shape[1]).to(logits.device)
+        logits[constrained] = logits[constrained].masked_fill(~allowed, float("-inf"))
     return logits
 
 

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tt_backend.sampling.structured import StructuredOutputs
+
 GREEDY_EPS = 1e-5
 """A temperature below this decodes greedily (vLLM's _SAMPLING_EPS)."""
 MAX_LOGPROBS = 20
@@ -21,8 +23,6 @@ MAX_LOGPROBS = 20
 REJECTED = {
     "best_of": "best_of is not supported; send separate requests",
     "prompt_logprobs": "prompt_logprobs is not supported: only logprobs of generated tokens are returned",
-    "guided_decoding": "guided decoding is not supported yet",
-    "structured_outputs": "structured outputs are not supported yet",
     "truncate_prompt_tokens": "truncate_prompt_tokens is not supported; truncate the prompt on the client",
 }
 # Accepted and without effect here.
@@ -60,6 +60,9 @@ class SamplingParams:
     """Return the sampled token's logprob and this many top logprobs per generated token."""
     logits_processors: tuple[str, ...] = ()
     """Names of processors registered with `tt_backend.sampling.processors.register`."""
+    structured_outputs: StructuredOutputs | None = None
+    """What the output must match (a JSON schema, regex, choice, grammar); vLLM's
+    `guided_decoding` is accepted as the older name."""
 
     def __post_init__(self) -> None:
         if self.n != 1:
@@ -118,7 +121,8 @@ class SamplingParams:
         min_tokens needs it only until that many tokens exist; the engine decides that part."""
         return (self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
                 or bool(self.logit_bias) or self.allowed_token_ids is not None or bool(self.bad_words)
-                or self.logprobs is not None or bool(self.logits_processors))
+                or self.logprobs is not None or bool(self.logits_processors)
+                or self.structured_outputs is not None)
 
     def token_ids(self) -> list[tuple[str, int]]:
         """Every token id the request names, with its field: the engine checks them against the
@@ -132,8 +136,12 @@ class SamplingParams:
     def from_dict(cls, values: dict[str, Any]) -> SamplingParams:
         """Parse vLLM-style JSON values; numbers and booleans may arrive as strings."""
         kwargs: dict[str, Any] = {}
+        if values.get("guided_decoding") is not None:  # vLLM's name before 0.11
+            if values.get("structured_outputs") is not None:
+                raise ValueError("give structured_outputs or guided_decoding (its older name), not both")
+            values = {**values, "structured_outputs": values["guided_decoding"]}
         for name, value in values.items():
-            if name in IGNORED:
+            if name in IGNORED or name == "guided_decoding":
                 continue
             if name in REJECTED:
                 if value is None:
@@ -219,5 +227,6 @@ def _as_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
 _PARSER_BY_TYPE = {"int": _as_int, "float": _as_float, "bool": _as_bool,
                    "int | None": _as_optional_int, "tuple[int, ...]": _as_int_tuple,
                    "tuple[int, ...] | None": _as_optional_int_tuple, "tuple[str, ...]": _as_str_tuple,
-                   "tuple[tuple[int, float], ...]": _as_bias}
+                   "tuple[tuple[int, float], ...]": _as_bias,
+                   "StructuredOutputs | None": StructuredOutputs.parse}
 _FIELD_PARSERS = {f.name: _PARSER_BY_TYPE[str(f.type)] for f in dataclasses.fields(SamplingParams)}
