@@ -144,8 +144,15 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
-    ({"tools": [{"type": "function"}]}, "tools"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"tools": [{"type": "function"}]}, "tools[0]"),
+    ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools[0].function.name"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function",
+      "function": {"name": "g"}}}, "tool_choice"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"response_format": {"type": "json_schema", "json_schema": 3}}, "response_format.json_schema"),
+    ({"structured_outputs": {"regex": ""}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}}, "structured_outputs"),
 ]
 
 

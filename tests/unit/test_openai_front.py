@@ -30,7 +30,7 @@ def closed_port() -> int:
 def front() -> Iterator[TestClient]:
     config = FrontConfig(f"127.0.0.1:{closed_port()}", MODEL, 8192, max_body_bytes=1 << 16)
 
-    def render(messages: list[dict[str, Any]]) -> list[int]:
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         return [ord(c) for c in "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"]
 
     def decode(ids: tuple[int, ...]) -> str:

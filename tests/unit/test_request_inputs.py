@@ -1,7 +1,10 @@
+import re
+
 import numpy as np
 import pytest
 
 from tt_backend.sampling.params import SamplingParams
+from tt_backend.sampling.structured import GrammarKind, StructuredOutputs
 from tt_backend.triton.request_inputs import parse_generate_request
 
 
@@ -83,3 +86,37 @@ def test_malformed_inputs_are_named(inputs: dict, message: str) -> None:
     with pytest.raises(ValueError) as err:
         parse_generate_request(inputs)
     assert message in str(err.value)
+
+
+def test_trt_guided_decoding_inputs_become_structured_outputs() -> None:
+    ids = {"input_ids": np.array([5], dtype=np.int32), "max_tokens": np.array([4], dtype=np.int32)}
+    cases = [("json", "", StructuredOutputs(GrammarKind.JSON_OBJECT, "")),
+             ("json_schema", '{"type": "object"}', StructuredOutputs(GrammarKind.JSON, '{"type": "object"}')),
+             ("regex", "[a-z]+", StructuredOutputs(GrammarKind.REGEX, "[a-z]+")),
+             ("ebnf_grammar", 'root ::= "a"', StructuredOutputs(GrammarKind.GRAMMAR, 'root ::= "a"'))]
+    for kind, guide, expected in cases:
+        req = parse_generate_request({**ids, "guided_decoding_guide_type": s(kind),
+                                      "guided_decoding_guide": s(guide)})
+        assert req.sampling.structured_outputs == expected and req.sampling.temperature == 0.0
+    # On the vllm_backend schema too, without touching its sampling parameters.
+    req = parse_generate_request({"text_input": s("hi"), "sampling_parameters": s('{"temperature": 0.8}'),
+                                  "guided_decoding_guide_type": s("regex"),
+                                  "guided_decoding_guide": s("[0-9]+")})
+    assert req.sampling.temperature == 0.8
+    assert req.sampling.structured_outputs == StructuredOutputs(GrammarKind.REGEX, "[0-9]+")
+
+
+@pytest.mark.parametrize(("inputs", "message"), [
+    ({"guided_decoding_guide_type": "xml", "guided_decoding_guide": "x"},
+     "guided_decoding_guide_type must be one of json, json_schema, regex, ebnf_grammar, structural_tag, "
+     "got 'xml'"),
+    ({"guided_decoding_guide_type": "regex"},
+     "guided_decoding_guide_type 'regex' needs guided_decoding_guide"),
+    ({"guided_decoding_guide": "x"}, "guided_decoding_guide_type must be one of"),
+    ({"guided_decoding_guide_type": "json_schema", "guided_decoding_guide": "{oops"},
+     "structured_outputs.json is not valid JSON"),
+])
+def test_bad_guided_decoding_inputs_name_the_input(inputs: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_generate_request({"input_ids": np.array([5], dtype=np.int32),
+                                **{k: s(v) for k, v in inputs.items()}})

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -34,8 +35,8 @@ def main() -> None:
     name = args.served_model_name or _name(model_dir)
     config = FrontConfig(args.triton_url, name, max_len, max_body_bytes=args.max_body_bytes)
 
-    def render(messages: list[dict[str, str]]) -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
 
     def decode(ids: tuple[int, ...]) -> str:

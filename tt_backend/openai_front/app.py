@@ -17,8 +17,10 @@ import tritonclient.grpc.aio as grpcclient
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from tt_backend.openai_front.requests import BadRequest, GenerateCall, chat_call, completion_call
+from tt_backend.openai_front.errors import BadRequest
+from tt_backend.openai_front.requests import GenerateCall, Render, chat_call, completion_call
 from tt_backend.openai_front.responses import Choice, Envelope, chat_logprobs, error_body, sse
+from tt_backend.openai_front.tool_calls import ToolCallReader
 from tt_backend.openai_front.triton_stream import Delta, TritonError, stream
 
 
@@ -36,9 +38,8 @@ def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status, param), status_code=status)
 
 
-def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]], list[int]],
-               decode: Callable[[tuple[int, ...]], str]) -> FastAPI:
-    """`render_chat`: messages → prompt token ids through the model's chat template; `decode`:
+def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple[int, ...]], str]) -> FastAPI:
+    """`render_chat`: messages and tools → prompt token ids through the model's chat template; `decode`:
     token ids → text (to echo a completion prompt sent as ids)."""
     clients: dict[str, grpcclient.InferenceServerClient] = {}
 
@@ -109,12 +110,15 @@ def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]]
             return StreamingResponse(_events(envelope, call, echo_text(call), first, deltas),
                                      media_type="text/event-stream")
         choice = Choice(chat)
+        reader = ToolCallReader(call.tools) if call.tools is not None else None
         try:
-            _take(choice, first, call)
+            _take(choice, first, call, reader)
             async for delta in deltas:
-                _take(choice, delta, call)
+                _take(choice, delta, call, reader)
         except TritonError as exc:
             return _error(str(exc), exc.status)
+        if reader is not None:
+            _read_calls(choice, reader)
         return JSONResponse(envelope.completion(choice, echo_text(call)))
 
     def echo_text(call: GenerateCall) -> str:
@@ -133,9 +137,11 @@ def create_app(config: FrontConfig, render_chat: Callable[[list[dict[str, Any]]]
     return app
 
 
-def _take(choice: Choice, delta: Delta, call: GenerateCall) -> list[dict[str, Any]]:
-    """Add a delta to the choice; return its logprob entries (chat-shaped)."""
-    choice.text.append(delta.text)
+def _take(choice: Choice, delta: Delta, call: GenerateCall, reader: ToolCallReader | None = None
+          ) -> list[dict[str, Any]]:
+    """Add a delta to the choice (its content through the tool-call reader, if any); return its
+    logprob entries (chat-shaped)."""
+    choice.text.append(delta.text if reader is None else reader.feed(delta.text))
     choice.num_completion_tokens += delta.num_tokens
     if delta.num_prompt_tokens is not None:
         choice.num_prompt_tokens = delta.num_prompt_tokens
@@ -145,17 +151,39 @@ def _take(choice: Choice, delta: Delta, call: GenerateCall) -> list[dict[str, An
     return entries
 
 
+def _read_calls(choice: Choice, reader: ToolCallReader) -> None:
+    """The output is complete: the rest of its content, its tool calls and their finish reason."""
+    rest, calls = reader.finish()
+    choice.text.append(rest)
+    choice.tool_calls = calls
+    if calls and choice.finish_reason == "stop":
+        choice.finish_reason = reader.tools.finish_reason
+
+
 async def _events(envelope: Envelope, call: GenerateCall, prefix: str, first: Delta,
                   deltas: AsyncIterator[Delta]) -> AsyncIterator[str]:
     """The SSE stream: one chunk per delta (the first with the role, or the echoed prompt), the
-    finish reason on the last, then usage if asked, then [DONE]. An error mid-stream is an error
-    event before [DONE]."""
+    finish reason on the last, then usage if asked, then [DONE]. With tools, content streams until
+    a call may begin; the calls follow in one chunk, then the finish reason in its own. An error
+    mid-stream is an error event before [DONE]."""
     choice = Choice(envelope.chat)
+    reader = ToolCallReader(call.tools) if call.tools is not None else None
     delta: Delta | None = first
     try:
         while delta is not None:
-            entries = _take(choice, delta, call)
-            yield sse(envelope.chunk(prefix + delta.text, delta.finish_reason, entries, first=delta is first))
+            before = len(choice.text)
+            entries = _take(choice, delta, call, reader)
+            text = prefix + choice.text[before]
+            if reader is None or delta.finish_reason is None:
+                if text or reader is None or delta is first:
+                    yield sse(envelope.chunk(text, delta.finish_reason, entries, first=delta is first))
+            else:  # the last delta, with tools: content left, the calls, then the finish reason
+                _read_calls(choice, reader)
+                if text + choice.text[-1]:
+                    yield sse(envelope.chunk(text + choice.text[-1], None, entries, first=delta is first))
+                if choice.tool_calls:
+                    yield sse(envelope.chunk("", None, tool_calls=choice.tool_calls))
+                yield sse(envelope.chunk("", choice.finish_reason))
             prefix = ""
             delta = await anext(deltas, None)
     except TritonError as exc:

@@ -9,34 +9,30 @@ here with SamplingParams itself so a bad value is a 400 naming the field before 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tt_backend.openai_front.errors import BadRequest
+from tt_backend.openai_front.tool_calls import Tools, parse_tools
 from tt_backend.sampling.params import SamplingParams
 
 # OpenAI names with the same meaning in SamplingParams, and vLLM's extra sampling names.
 _SAME = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
          "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
-         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids")
+         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids",
+         "structured_outputs")
 # Accepted without effect (they describe the caller, not the generation).
 _IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls")
 _REFUSED = {
     "suffix": "suffix (insertion) is not supported",
-    "tools": "tool calls are not supported yet",
-    "tool_choice": "tool calls are not supported yet",
-    "functions": "function calls are not supported",
-    "response_format": "structured outputs (response_format) are not supported yet",
+    "functions": "functions is OpenAI's retired name; send tools",
+    "function_call": "function_call is OpenAI's retired name; send tool_choice",
     "best_of": "best_of is not supported; send n=1",
 }
-
-
-class BadRequest(ValueError):
-    """An invalid request: HTTP 400 with OpenAI's error shape, `param` naming the field."""
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+Render = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], list[int]]
+"""Messages (and tools, for templates that take them) → prompt token ids."""
 
 
 @dataclass(frozen=True)
@@ -51,10 +47,13 @@ class GenerateCall:
     logprobs: int | None
     """Top alternatives per token (0: the sampled token's only); None: no logprobs."""
     echo: bool = False
+    tools: Tools | None = None
+    """Tool calls the output may (auto) or must (required, named) hold."""
 
 
-def chat_call(body: dict[str, Any], render: Callable[[list[dict[str, Any]]], list[int]]) -> GenerateCall:
-    """A chat completion: `messages` through the model's chat template (`render`, to token ids)."""
+def chat_call(body: dict[str, Any], render: Render) -> GenerateCall:
+    """A chat completion: `messages` (and `tools`) through the model's chat template (`render`, to
+    token ids); `response_format` and forced tool calls as structured outputs."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages must be a non-empty list of messages", "messages")
@@ -65,8 +64,41 @@ def chat_call(body: dict[str, Any], render: Callable[[list[dict[str, Any]]], lis
     elif body.get("top_logprobs") is not None:
         raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    return _call(body, tuple(render(rendered)), max_tokens, "max_completion_tokens"
-                 if "max_completion_tokens" in body else "max_tokens", logprobs, echo=False)
+    tools = parse_tools(body)
+    constraint = _response_format(body.get("response_format"))
+    if tools is not None and tools.constraint is not None:
+        if constraint is not None:
+            raise BadRequest(f"tool_choice {body.get('tool_choice')!r} constrains the output; "
+                             "send response_format or a forced tool call, not both", "response_format")
+        constraint = tools.constraint
+    if constraint is not None:
+        if body.get("structured_outputs") is not None:
+            raise BadRequest("give response_format (or a forced tool call) or structured_outputs, not both",
+                             "structured_outputs")
+        body = {**body, "structured_outputs": constraint}
+    prompt = tuple(render(rendered, body["tools"] if tools is not None else None))
+    call = _call(body, prompt, max_tokens, "max_completion_tokens" if "max_completion_tokens" in body
+                 else "max_tokens", logprobs, echo=False)
+    return dataclasses.replace(call, tools=tools)
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    """OpenAI's response_format as a structured_outputs object (None: free text)."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_object": True}
+    if kind == "json_schema":
+        spec = value.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise BadRequest("response_format.json_schema must be an object with a `schema` object",
+                             "response_format.json_schema")
+        return {"json": spec.get("schema", {})}
+    raise BadRequest(f"response_format.type must be text, json_object or json_schema, got {value!r}",
+                     "response_format")
 
 
 def completion_call(body: dict[str, Any]) -> GenerateCall:
@@ -131,6 +163,9 @@ def _message(index: int, message: Any) -> dict[str, Any]:
         raise BadRequest(f"{where}.role must be system, user, assistant, tool or developer, got {role!r}",
                          f"{where}.role")
     content = message.get("content")
+    extra = {k: message[k] for k in ("tool_calls", "tool_call_id", "name") if message.get(k) is not None}
+    if content is None and (role == "assistant" and "tool_calls" in extra):
+        content = ""  # an assistant turn that only called tools
     if isinstance(content, list):  # text parts
         texts = []
         for k, part in enumerate(content):
@@ -142,7 +177,7 @@ def _message(index: int, message: Any) -> dict[str, Any]:
         content = "".join(texts)
     if not isinstance(content, str):
         raise BadRequest(f"{where}.content must be a string or a list of text parts", f"{where}.content")
-    return {"role": "system" if role == "developer" else role, "content": content}
+    return {"role": "system" if role == "developer" else role, "content": content, **extra}
 
 
 def _bool(body: dict[str, Any], name: str, default: bool) -> bool:

@@ -31,6 +31,7 @@ class Choice:
     num_completion_tokens: int = 0
     finish_reason: str | None = None
     logprobs: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
     def usage(self) -> dict[str, int]:
         return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": self.num_completion_tokens,
@@ -54,6 +55,9 @@ class Envelope:
         body: dict[str, Any] = {"index": 0, "finish_reason": choice.finish_reason}
         if self.chat:
             body["message"] = {"role": "assistant", "content": text}
+            if choice.tool_calls:
+                body["message"] = {"role": "assistant", "content": text or None,
+                                   "tool_calls": choice.tool_calls}
             body["logprobs"] = {"content": choice.logprobs} if choice.logprobs else None
         else:
             body["text"] = text
@@ -62,11 +66,13 @@ class Envelope:
                 "usage": choice.usage()}
 
     def chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[dict[str, Any]] = (),
-              first: bool = False) -> dict[str, Any]:
+              first: bool = False, tool_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
         body: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
             body["delta"] = delta if (text or first) else {}
+            if tool_calls:
+                body["delta"] = {"tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)]}
             body["logprobs"] = {"content": list(logprobs)} if logprobs else None
         else:
             body["text"] = text

@@ -7,7 +7,9 @@ Two schemas arrive here:
 - TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `min_length`,
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repetition_penalty`, `presence_penalty`,
   `frequency_penalty`, `end_id`, `pad_id`, the string lists `stop_words` and `bad_words`, and
-  `return_log_probs`; ids come back as `output_ids` with `context_ids` for exact detokenization
+  `return_log_probs`, and the guided decoding pair `guided_decoding_guide_type` (json,
+  json_schema, regex, ebnf_grammar, structural_tag) with `guided_decoding_guide`; ids come back
+  as `output_ids` with `context_ids` for exact detokenization
   in `postprocessing`, and `output_log_probs` / `cum_log_probs`. `return_text_output` adds the
   engine's detokenized `text_output` as well (the OpenAI front sends token ids and reads text).
   As in TRT-LLM, a request with neither `top_k` nor `top_p` (or both 0) decodes greedily.
@@ -31,8 +33,12 @@ _TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "mi
 _FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
           "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob", "return_log_probs",
           "return_text_output")
+_GUIDE = ("guided_decoding_guide_type", "guided_decoding_guide")
 KNOWN_INPUTS = frozenset({"text_input", "input_ids", "sampling_parameters", "stop_words",
-                          "bad_words", *_TRT_SCALARS, *_FLAGS})
+                          "bad_words", *_GUIDE, *_TRT_SCALARS, *_FLAGS})
+# TRT-LLM's guide types → vLLM's structured_outputs keys ("json" is any JSON object in TRT-LLM).
+_GUIDE_TYPES = {"json": "json_object", "json_schema": "json", "regex": "regex", "ebnf_grammar": "grammar",
+                "structural_tag": "structural_tag"}
 
 
 @dataclass(frozen=True)
@@ -92,12 +98,32 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
         words = [w for w in _strings(inputs, name) if w]
         if words:
             trt[field] = words
+    guide = _guide(inputs)
+    if guide is not None:
+        if values.get("structured_outputs") is not None or values.get("guided_decoding") is not None:
+            raise ValueError("give guided_decoding_guide_type or structured_outputs in sampling_parameters, "
+                             "not both")
+        values["structured_outputs"] = guide
     if trt:
         overlap = sorted(set(trt) & set(values))
         if overlap:
             raise ValueError(f"{overlap} given both as input tensors and in sampling_parameters")
         values.update(_trt_to_vllm(trt))
     return SamplingParams.from_dict(values)
+
+
+def _guide(inputs: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """TRT-LLM's guided decoding inputs as vLLM's structured_outputs object."""
+    kind, guide = (single_text(inputs, name) for name in _GUIDE)
+    if kind is None and guide is None:
+        return None
+    if kind not in _GUIDE_TYPES:
+        raise ValueError(f"guided_decoding_guide_type must be one of {', '.join(_GUIDE_TYPES)}, got {kind!r}")
+    if kind == "json":
+        return {"json_object": True}
+    if not guide:
+        raise ValueError(f"guided_decoding_guide_type {kind!r} needs guided_decoding_guide")
+    return {_GUIDE_TYPES[kind]: guide}
 
 
 def _trt_to_vllm(trt: dict[str, Any]) -> dict[str, Any]:

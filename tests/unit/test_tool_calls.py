@@ -1,0 +1,98 @@
+"""Tool calls and response_format in the OpenAI front without a server: the constraint each mode
+sends, the output read back as tool calls (also as it streams), and the chunks the front sends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tt_backend.openai_front.errors import BadRequest
+from tt_backend.openai_front.requests import chat_call
+from tt_backend.openai_front.tool_calls import ToolCallReader, Tools, parse_tools
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+    return [len(messages), len(tools or [])]
+
+
+def test_each_tool_choice_sends_its_constraint() -> None:
+    named = chat_call({"messages": MESSAGES, "tools": [WEATHER, TIME],
+                       "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, render)
+    assert named.sampling["structured_outputs"] == {"json": WEATHER["function"]["parameters"]}
+    assert named.prompt == (1, 2) and named.tools == Tools("named", (WEATHER["function"], TIME["function"]),
+                                                           "get_weather")
+    required = chat_call({"messages": MESSAGES, "tools": [WEATHER], "tool_choice": "required"}, render)
+    schema = required.sampling["structured_outputs"]["json"]
+    assert schema["type"] == "array" and schema["minItems"] == 1
+    assert schema["items"]["anyOf"][0]["properties"]["name"] == {"enum": ["get_weather"]}
+    auto = chat_call({"messages": MESSAGES, "tools": [WEATHER]}, render)
+    assert "structured_outputs" not in auto.sampling and auto.tools is not None and auto.tools.mode == "auto"
+    none = chat_call({"messages": MESSAGES, "tools": [WEATHER], "tool_choice": "none"}, render)
+    assert none.tools is None and none.prompt == (1, 0)  # tools not rendered when none may be called
+
+
+def test_response_format_becomes_structured_outputs() -> None:
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    as_schema = chat_call({"messages": MESSAGES, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}}, render)
+    assert as_schema.sampling["structured_outputs"] == {"json": schema}
+    as_object = chat_call({"messages": MESSAGES, "response_format": {"type": "json_object"}}, render)
+    assert as_object.sampling["structured_outputs"] == {"json_object": True}
+    text = chat_call({"messages": MESSAGES, "response_format": {"type": "text"}}, render)
+    assert "structured_outputs" not in text.sampling
+    with pytest.raises(BadRequest, match="not both"):
+        chat_call({"messages": MESSAGES, "tools": [WEATHER], "tool_choice": "required",
+                   "response_format": {"type": "json_object"}}, render)
+
+
+def test_the_auto_reader_streams_text_until_a_call_begins() -> None:
+    reader = ToolCallReader(Tools("auto", (WEATHER["function"],)))
+    sent = [reader.feed(t) for t in ("Let me check. <to", "ol_call>", '{"name": "get_weather", ',
+                                     '"arguments": {"city": "Oslo"}}</tool_call>')]
+    assert sent == ["Let me check. ", "", "", ""]
+    rest, calls = reader.finish()
+    assert rest == "" and len(calls) == 1
+    assert calls[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
+    plain = ToolCallReader(Tools("auto", (WEATHER["function"],)))
+    assert plain.feed("a <b") == "a <b" and plain.feed("<") == "" and plain.finish() == ("<", [])
+    broken = ToolCallReader(Tools("auto", (WEATHER["function"],)))
+    broken.feed("<tool_call>{not json</tool_call>")
+    assert broken.finish() == ("<tool_call>{not json</tool_call>", [])
+
+
+def test_the_required_and_named_readers() -> None:
+    required = ToolCallReader(Tools("required", (WEATHER["function"], TIME["function"])))
+    assert required.feed('[{"name": "get_time", "parameters": {}}, ') == ""
+    required.feed('{"name": "get_weather", "parameters": {"city": "Rome"}}]')
+    rest, calls = required.finish()
+    assert rest == ""
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_time", {}), ("get_weather", {"city": "Rome"})]
+    cut = ToolCallReader(Tools("required", (TIME["function"],)))
+    cut.feed('[{"name": "get_ti')
+    assert cut.finish() == ('[{"name": "get_ti', [])
+    named = ToolCallReader(Tools("named", (WEATHER["function"],), "get_weather"))
+    named.feed('{"city": ')
+    named.feed('"Lima"}')
+    assert [c["function"] for c in named.finish()[1]] == [
+        {"name": "get_weather", "arguments": '{"city": "Lima"}'}]
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"tools": []}, "tools"), ({"tools": [WEATHER, WEATHER]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]},
+     "tools[0].function.parameters"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+])
+def test_bad_tools_name_the_field(body: dict[str, Any], param: str) -> None:
+    with pytest.raises(BadRequest) as error:
+        parse_tools(body)
+    assert error.value.param == param
