@@ -97,7 +97,8 @@ def main() -> None:
         print("conc |   tok/s front / grpc = ratio | TTFT p50 ms front / grpc = ratio | "
               "ITL p50 ms front / grpc = ratio")
         for c in (int(x) for x in args.concurrency.split(",")):
-            prompts = [prompt_text(tokenizer, args.prompt_tokens, seed) for seed in range(args.requests or max(3, 2 * c))]
+            n = args.requests or max(3, 2 * c)
+            prompts = [prompt_text(tokenizer, args.prompt_tokens, seed) for seed in range(n)]
             runs: dict[str, list[dict[str, float]]] = {name: [] for name in paths}
             for _ in range(args.rounds):
                 for name, (stream, port) in paths.items():

@@ -152,7 +152,8 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"response_format": {"type": "xml"}}, "response_format"),
     ({"response_format": {"type": "json_schema", "json_schema": 3}}, "response_format.json_schema"),
     ({"structured_outputs": {"regex": ""}}, "structured_outputs"),
-    ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}},
+     "structured_outputs"),
 ]
 
 
