@@ -28,7 +28,8 @@ FAMILIES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_c
             "vllm:time_to_first_token_seconds_count", "vllm:time_per_output_token_seconds_count",
             "vllm:e2e_request_latency_seconds_count", "vllm:request_queue_time_seconds_count",
             "tt:eager_steps_total", "tt:trace_replays_total", "tt:host_sampling_fallbacks_total",
-            "tt:async_decode_drains_total", "tt:engine_failures_total", "tt:request_failures_total"]
+            "tt:async_decode_drains_total", "tt:engine_failures_total", "tt:request_failures_total",
+            "tt:num_requests_parked", "tt:grammar_compile_seconds_count", "tt:grammar_cache_hits_total"]
 
 
 def test_every_family_has_one_series_per_model_and_lane(server: Server) -> None:

@@ -6,7 +6,9 @@ the constraint parses with vLLM's names and errors name the field."""
 from __future__ import annotations
 
 import json
+import random
 import re
+import string
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -155,3 +157,17 @@ def test_vllm_names_and_the_older_guided_decoding() -> None:
     assert params.needs_host
     with pytest.raises(ValueError, match="not both"):
         SamplingParams.from_dict({"guided_decoding": {"regex": "a"}, "structured_outputs": {"regex": "b"}})
+
+
+def test_a_grammar_that_fails_while_generating_ends_its_request_with_an_error(served: Served,
+                                                                             tokenizer: Any) -> None:
+    """An enum of 80,000 words compiles, then exceeds llguidance's lexer limit a few tokens in:
+    the request ends with that error, not with a stop."""
+    rng = random.Random(0)
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(10)) for _ in range(80_000)]
+    schema = {"type": "object", "properties": {"word": {"enum": words}}, "required": ["word"]}
+    params = sampling({"json": schema})
+    outputs = served.generate([(list(tokenizer("Pick:").input_ids), params)])
+    assert outputs[0][-1].finish_reason == "error"
+    assert "structured_outputs: the grammar stopped at token" in (outputs[0][-1].error or "")
+    assert "too many expressions" in (outputs[0][-1].error or "")

@@ -179,8 +179,8 @@ class OutputProcessor:
         error = None
         if live.grammar is not None:
             if not live.grammar.accept(token):
-                reason, error = RequestStatus.FINISHED_ERROR, f"the grammar refused token {token}: " + (
-                    live.grammar.error or "not allowed here")
+                reason, error = RequestStatus.FINISHED_ERROR, f"structured_outputs: the grammar stopped at " \
+                    f"token {token}: {live.grammar.error or 'the token is not allowed here'}"
             elif live.grammar.is_terminated:  # the output is complete
                 reason = reason or RequestStatus.FINISHED_STOPPED
         delta = live.detokenizer.add(token, flush=reason is not None)

@@ -69,11 +69,17 @@ class GrammarBackend:
         tokens = self._tokens()
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, tokens)
         if is_error:
-            raise ValueError(f"{field} is invalid: {messages[0] if messages else 'unknown error'}")
+            raise ValueError(f"{field} is invalid: {_brief(messages[0] if messages else 'unknown error')}")
         matcher = llguidance.LLMatcher(tokens, grammar, log_level=0)
         if matcher.is_error():
-            raise ValueError(f"{field} is invalid: {matcher.get_error()}")
+            raise ValueError(f"{field} is invalid: {_brief(matcher.get_error())}")
         return matcher
+
+
+def _brief(message: str) -> str:
+    """llguidance's message without the parser state and grammar it appends (they can be MBs)."""
+    head = message.split("\n<state>")[0].split("\n<grammar>")[0].strip()
+    return head if len(head) <= 400 else head[:400] + " ..."
 
 
 def _grammar(constraint: StructuredOutputs) -> str:
@@ -112,17 +118,18 @@ class GrammarMatcher:
         self._matcher = start.deep_copy()
 
     def accept(self, token_id: int) -> bool:
-        """Advance by a sampled token; False if the grammar does not allow it."""
-        return bool(self._matcher.consume_token(token_id))
+        """Advance by a sampled token; False if the grammar does not allow it, or the matcher
+        failed (a limit of llguidance's parser or lexer was reached): see `error`."""
+        return bool(self._matcher.consume_token(token_id)) and not self._matcher.is_error()
 
     @property
     def is_terminated(self) -> bool:
         """The grammar is complete: no token but EOS may follow."""
-        return bool(self._matcher.is_stopped())
+        return bool(self._matcher.is_stopped()) and not self._matcher.is_error()
 
     @property
     def error(self) -> str:
-        return str(self._matcher.get_error())
+        return _brief(str(self._matcher.get_error()))
 
     @property
     def raw(self) -> llguidance.LLMatcher:

@@ -73,6 +73,12 @@ class EngineMetrics:
         self.decode_drains = metrics("tt:async_decode_drains_total",
                                      "Drains of the async decode pipeline", counter)
         self.engine_failures = metrics("tt:engine_failures_total", "Engine thread failures", counter)
+        self.parked = metrics("tt:num_requests_parked", "Waiting requests parked while their grammar "
+                              "compiles (counted in vllm:num_requests_waiting too)", gauge)
+        self.grammar_compile = metrics("tt:grammar_compile_seconds", "Structured-output grammar compile "
+                                       "time", histogram, buckets=LATENCY_BUCKETS)
+        self.grammar_cache_hits = metrics("tt:grammar_cache_hits_total", "Structured-output requests "
+                                          "whose grammar was compiled already", counter)
 
     def update(self, stats: EngineStats) -> None:
         """Counters and histograms first, the gauges last: a scrape taken while this runs and
@@ -92,9 +98,12 @@ class EngineMetrics:
         for counter, value in ((self.eager_steps, stats.eager_steps),
                                (self.trace_replays, stats.traced_steps),
                                (self.decode_drains, stats.decode_drains),
-                               (self.host_sampling, stats.host_sampling_steps)):
+                               (self.host_sampling, stats.host_sampling_steps),
+                               (self.grammar_cache_hits, stats.grammar_cache_hits)):
             if value:
                 counter[(lane, "")].increment(value)
+        for seconds in stats.grammar_compile_seconds:
+            self.grammar_compile[(lane, "")].observe(seconds)
         for done in stats.finished:
             if done.reason is FinishReason.ERROR:
                 self.failures[(lane, "")].increment(1)
@@ -107,6 +116,7 @@ class EngineMetrics:
                     histogram[(lane, "")].observe(seconds)
         self.running[(lane, "")].set(stats.num_running)
         self.waiting[(lane, "")].set(stats.num_waiting)
+        self.parked[(lane, "")].set(stats.num_parked)
         self.kv_usage[(lane, "")].set(stats.kv_cache_usage)
 
     def engine_failed(self, lane: int = 0) -> None:
