@@ -102,8 +102,8 @@ class EngineMetrics:
                                (self.grammar_cache_hits, stats.grammar_cache_hits)):
             if value:
                 counter[(lane, "")].increment(value)
-        for seconds in stats.grammar_compile_seconds:
-            self.grammar_compile[(lane, "")].observe(seconds)
+        for compiled in stats.grammar_compile_seconds:
+            self.grammar_compile[(lane, "")].observe(compiled)
         for done in stats.finished:
             if done.reason is FinishReason.ERROR:
                 self.failures[(lane, "")].increment(1)
