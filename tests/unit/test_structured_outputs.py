@@ -19,6 +19,7 @@ import pytest
 from tests.unit.test_engine_sampling import Served, started
 from tt_backend.contract.modes import RequestStatus
 from tt_backend.engine.outputs import RequestOutput
+from tt_backend.sampling.grammar import GrammarBackend, GrammarMatcher
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.structured import GrammarKind, StructuredOutputs
 
@@ -171,3 +172,33 @@ def test_a_grammar_that_fails_while_generating_ends_its_request_with_an_error(se
     assert outputs[0][-1].finish_reason == "error"
     assert "structured_outputs: the grammar stopped at token" in (outputs[0][-1].error or "")
     assert "too many expressions" in (outputs[0][-1].error or "")
+
+
+def test_with_async_decode_the_constrained_batch_drains_and_stays_valid(tokenizer: Any) -> None:
+    """Async decode runs a step ahead only on the device path; a constrained row needs its mask
+    from the previous token, so its batches run in step and the outputs still validate."""
+    for served in started(async_scheduling=True):
+        prompt = list(tokenizer("Describe a person as JSON:").input_ids)
+        outputs = served.generate([(prompt, sampling({"json": PERSON}, seed)) for seed in range(3)]
+                                  + [(prompt, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True))])
+        for out in outputs[:3]:
+            jsonschema.validate(json.loads(text(out)), PERSON)
+        assert len(outputs[3]) > 1 and outputs[3][-1].finish_reason == "length"
+
+
+def test_a_structural_tag_constrains_only_the_tagged_part(tokenizer: Any) -> None:
+    """Free text, then a tagged call whose body must match its schema (the tool-call shape)."""
+    backend = GrammarBackend(tokenizer, 49152, {tokenizer.eos_token_id})
+    tag = StructuredOutputs.parse("structured_outputs", {"structural_tag": {
+        "structures": [{"begin": "<call=add>", "schema": {"type": "object", "properties": {
+            "a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}, "end": "</call>"}],
+        "triggers": ["<call="]}})
+    assert tag is not None
+    start = backend.compile(tag)
+
+    def accepts(output: str) -> bool:
+        matcher = GrammarMatcher(start)
+        return all(matcher.accept(t) for t in tokenizer(output, add_special_tokens=False).input_ids)
+
+    assert accepts('Sure. <call=add>{"a": 2}</call> Done.')
+    assert not accepts('Sure. <call=add>{"b": 2}</call>')
