@@ -7,8 +7,9 @@ Server i runs `scripts/serve.sh` with every flag after `--` (SERVE_ARGS), on the
 base+10i (HTTP), +1 (gRPC), +2 (metrics) and +3 (its OpenAI front), with its own run folder and
 shared-memory prefix. Once every front answers /health, the router starts on --router-port with
 the fronts as its workers (its own Prometheus metrics on --router-port + 1). SIGTERM or Ctrl-C
-stops the router, then every server. A server that dies is left dead: the router's health checks
-take it out of rotation, and the others go on serving.
+(or the exit of the process that started it, such as make) stops the router, then every server.
+A server that dies is left dead: the router's health checks take it out of rotation, and the
+others go on serving.
 
 Logs go to --log-dir (default .serve/cluster-<router port>/): server<i>.log and router.log.
 --layout FILE writes the ports and process ids as JSON once all is ready.
@@ -78,6 +79,8 @@ class Cluster:
         self.servers: list[subprocess.Popen[bytes]] = []
         self.router: subprocess.Popen[bytes] | None = None
         self.stopping = False
+        # `make serve-cluster` dies on SIGTERM without passing it on: a new parent means ours is gone.
+        self.parent = os.getppid()
 
     def shm_prefix(self, index: int) -> str:
         return f"tt_cluster_{self.args.router_port}_{index}_"
@@ -101,7 +104,7 @@ class Cluster:
     def wait_servers(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
         waiting = set(range(len(self.servers)))
-        while waiting and not self.stopping:
+        while waiting and not self.orphaned():
             for i in sorted(waiting):
                 if self.servers[i].poll() is not None:
                     raise SystemExit(f"[cluster] server {i} exited ({self.servers[i].returncode}) before "
@@ -135,9 +138,15 @@ class Cluster:
         return Layout(self.host, self.args.router_port, self.args.router_port + 1, self.router.pid,
                       self.ports, tuple(p.pid for p in self.servers))
 
+    def orphaned(self) -> bool:
+        if os.getppid() != self.parent:
+            print("[cluster] the parent process is gone: stopping", flush=True)
+            self.stopping = True
+        return self.stopping
+
     def serve(self) -> int:
-        """Until a signal or the router's exit; the router's exit status, else 0."""
-        while not self.stopping:
+        """Until a signal, the parent's exit or the router's exit; the router's exit status, else 0."""
+        while not self.orphaned():
             assert self.router is not None
             if self.router.poll() is not None:
                 print(f"[cluster] the router exited ({self.router.returncode})", flush=True)
