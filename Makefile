@@ -3,16 +3,29 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 SERVE_ARGS ?=
 BENCH_ARGS ?=
+# make serve-cluster: N servers (SERVE_ARGS to each) behind vLLM's router on 127.0.0.1:ROUTER_PORT.
+N ?= 2
+ROUTER_PORT ?= 9090
+ROUTER_POLICY ?= cache_aware
+CLUSTER_BASE_PORT ?= 8100
 
-.PHONY: setup serve test test-slow lint bench
+.PHONY: setup test-deps serve serve-cluster test test-slow lint bench
 
 setup:
 	@bash scripts/setup.sh
 
+# Beyond the venv: CRD schemas (npm) and Prometheus (apt) for the deploy and dashboard tests.
+test-deps:
+	@bash scripts/test_deps.sh
+
 serve: setup
 	@bash scripts/serve.sh $(SERVE_ARGS)
 
-test: setup
+serve-cluster: setup
+	$(PY) scripts/serve_cluster.py --servers $(N) --router-port $(ROUTER_PORT) --policy $(ROUTER_POLICY) \
+		--base-port $(CLUSTER_BASE_PORT) -- $(SERVE_ARGS)
+
+test: setup test-deps
 	$(PY) -m pytest -q -m "not slow"
 
 test-slow: setup

@@ -10,6 +10,10 @@
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
 # tritonserver runs in the foreground with its log on stdout.
+#
+# Several servers share a host: each run has its own folder (a fresh copy of the repository) and its
+# own shared-memory prefix for the Python backend's stubs (--backend-config=python,
+# shm-region-prefix-name=..., unless one is given), so only the ports need to differ.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -40,7 +44,19 @@ while [ $# -gt 0 ]; do
 done
 
 RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tt_backend_serve.XXXXXX")
-cleanup() { rm -rf "$RUN_DIR"; }
+# The stubs' shared-memory regions are named after this prefix: two servers with the same prefix
+# collide. The run folder's unique suffix names it, unless the caller set one.
+SHM_PREFIX=
+OWN_SHM=
+for arg in ${EXTRA[@]+"${EXTRA[@]}"}; do
+    case "$arg" in *shm-region-prefix-name=*) SHM_PREFIX="${arg##*shm-region-prefix-name=}" ;; esac
+done
+if [ -z "$SHM_PREFIX" ]; then
+    SHM_PREFIX="tt_backend_${RUN_DIR##*.}_" OWN_SHM=1
+    EXTRA+=("--backend-config=python,shm-region-prefix-name=$SHM_PREFIX")
+fi
+# Regions a killed stub left behind under our own prefix go with the run folder.
+cleanup() { rm -rf "$RUN_DIR"; [ -z "$OWN_SHM" ] || rm -f /dev/shm/"$SHM_PREFIX"*; }
 trap cleanup EXIT
 
 eval "$("$VENV/bin/python" "$ROOT/scripts/prepare_run.py" --run-dir "$RUN_DIR" \
@@ -68,6 +84,7 @@ fi
 
 echo "[serve] model: $MODEL_DIR"
 echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRICS_PORT"
+echo "[serve] run folder $RUN_DIR  shm prefix $SHM_PREFIX"
 "$TRITONSERVER" \
     --model-repository "$REPO" \
     --backend-directory "$BACKENDS" \

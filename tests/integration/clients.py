@@ -110,9 +110,14 @@ def idle_scrape(url: str, timeout: float = 10) -> dict[str, float]:
         time.sleep(0.1)
 
 
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+"""The `model_name` label of the default model (its served name)."""
+
+
 def series(name: str, **labels: str) -> str:
     """The key `scrape` uses for one series (labels sorted, as Triton prints them)."""
-    body = ",".join(f'{k}="{v}"' for k, v in sorted({"model": "tt_llm", "lane": "0", **labels}.items()))
+    defaults = {"model": "tt_llm", "model_name": DEFAULT_MODEL_NAME, "lane": "0"}
+    body = ",".join(f'{k}="{v}"' for k, v in sorted({**defaults, **labels}.items()))
     return f"{name}{{{body}}}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,11 @@ FAMILIES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_c
             "vllm:e2e_request_latency_seconds_count", "vllm:request_queue_time_seconds_count",
             "tt:eager_steps_total", "tt:trace_replays_total", "tt:host_sampling_fallbacks_total",
             "tt:async_decode_drains_total", "tt:engine_failures_total", "tt:request_failures_total",
-            "tt:num_requests_parked", "tt:grammar_compile_seconds_count", "tt:grammar_cache_hits_total"]
+            "tt:num_requests_parked", "tt:grammar_compile_seconds_count", "tt:grammar_cache_hits_total",
+            "vllm:inter_token_latency_seconds_count", "vllm:request_time_per_output_token_seconds_count",
+            "vllm:request_prefill_time_seconds_count", "vllm:request_decode_time_seconds_count",
+            "vllm:request_inference_time_seconds_count", "vllm:request_prompt_tokens_count",
+            "vllm:request_generation_tokens_count", "vllm:iteration_tokens_total_count"]
 
 
 def test_every_family_has_one_series_per_model_and_lane(server: Server) -> None:
@@ -41,6 +46,25 @@ def test_every_family_has_one_series_per_model_and_lane(server: Server) -> None:
         assert series("vllm:request_success_total", finished_reason=reason) in metrics
     for mode in ("prefill", "decode", "empty"):
         assert series("tt:steps_total", mode=mode) in metrics
+    # Info metrics: the default KV cache, and no LoRA adapter. 1 GiB in blocks of 16 tokens, each
+    # token 30 layers x (K, V) x 3 KV heads x 64 dims of fp32.
+    blocks = (1 << 30) // (16 * 30 * 2 * 3 * 64 * 4)
+    cache = {k: v for k, v in metrics.items() if k.startswith("vllm:cache_config_info{")}
+    assert cache == {series("vllm:cache_config_info", block_size="16", cache_dtype="float32",
+                            enable_prefix_caching="True", num_gpu_blocks=str(blocks)): 1}
+    lora = [k for k in metrics if k.startswith("vllm:lora_requests_info{")]
+    assert lora == [series("vllm:lora_requests_info", max_lora="0", running_lora_adapters="",
+                           waiting_lora_adapters="")]
+    # Histograms reach long requests: a prompt of the whole context (8192), a request of two hours.
+    assert max(bounds(metrics, "vllm:request_prompt_tokens_bucket")) == 5000
+    assert max(bounds(metrics, "vllm:e2e_request_latency_seconds_bucket")) == 7680
+    assert max(bounds(metrics, "vllm:time_to_first_token_seconds_bucket")) == 2560
+
+
+def bounds(metrics: dict[str, float], name: str) -> list[float]:
+    """The finite upper bounds (`le`) of a histogram's buckets."""
+    found = [re.search(r'le="([^"]+)"', key) for key in metrics if key.startswith(name + "{")]
+    return [float(m.group(1)) for m in found if m is not None and m.group(1) != "+Inf"]
 
 
 def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_ids: Any) -> None:
@@ -65,7 +89,19 @@ def test_counters_after_a_known_workload(server: Server, tokenizer: Any, chat_id
         series("vllm:time_to_first_token_seconds_count"): 2,
         series("vllm:e2e_request_latency_seconds_count"): 2,
         series("vllm:request_queue_time_seconds_count"): 2,
-        series("vllm:time_per_output_token_seconds_count"): 2,
+        series("vllm:request_prefill_time_seconds_count"): 2,
+        series("vllm:request_decode_time_seconds_count"): 2,
+        series("vllm:request_inference_time_seconds_count"): 2,
+        # per token after each request's first, as vLLM observes it; the request's mean once
+        series("vllm:time_per_output_token_seconds_count"): 12,
+        series("vllm:inter_token_latency_seconds_count"): 12,
+        series("vllm:request_time_per_output_token_seconds_count"): 2,
+        series("vllm:request_prompt_tokens_count"): 2,
+        series("vllm:request_prompt_tokens_sum"): 2 * n_prompt,
+        series("vllm:request_generation_tokens_sum"): 14,
+        # one observation per step: the tokens it computed (the second prompt without its hits)
+        series("vllm:iteration_tokens_total_count"): 14,
+        series("vllm:iteration_tokens_total_sum"): 2 * n_prompt - (n_prompt - 1) // 16 * 16 + 12,
         series("tt:steps_total", mode="prefill"): 2,
         series("tt:steps_total", mode="decode"): 12,
         # trace_mode=auto (the default) is all on the CPU: prefill and decode steps replay traces

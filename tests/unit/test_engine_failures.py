@@ -119,3 +119,15 @@ def test_stats_count_exactly(chat_ids: Any) -> None:
     assert [(f.reason, f.num_generation_tokens) for f in finished] == [("length", 5), ("length", 3)]
     assert all(f.ttft_s is not None and f.e2e_s >= f.ttft_s for f in finished)
     assert reports[-1].kv_cache_usage == 0 and reports[-1].num_running == 0
+    # Tokens computed per step: the prompt (the second without its cached blocks), one per decode.
+    cached = (len(prompt) - 1) // 16 * 16
+    assert [r.step_tokens for r in reports] == [len(prompt)] + [1] * 4 + [len(prompt) - cached] + [1] * 2
+    # One interval per token after a request's first, reported with the step that sampled it; a
+    # request's decode time is the sum of its intervals, and inference is prefill plus decode.
+    assert [len(r.inter_token_latencies) for r in reports] == [0] + [1] * 4 + [0] + [1] * 2
+    intervals = [r.inter_token_latencies[0] for r in reports if r.inter_token_latencies]
+    for done, own in zip(finished, (intervals[:4], intervals[4:]), strict=True):
+        assert done.prefill_time_s is not None and done.decode_time_s is not None
+        assert done.decode_time_s == pytest.approx(sum(own))
+        assert done.inference_time_s == pytest.approx(done.prefill_time_s + done.decode_time_s)
+        assert done.time_per_output_token_s == pytest.approx(done.decode_time_s / (len(own)))

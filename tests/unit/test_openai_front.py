@@ -36,7 +36,10 @@ def front() -> Iterator[TestClient]:
     def decode(ids: tuple[int, ...]) -> str:
         return "".join(map(chr, ids))
 
-    with TestClient(create_app(config, render, decode)) as client:
+    def encode(text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    with TestClient(create_app(config, render, decode, encode)) as client:
         yield client
 
 
@@ -44,6 +47,19 @@ def test_models_and_health(front: TestClient) -> None:
     assert front.get("/v1/models").json()["data"] == [
         {"id": MODEL, "object": "model", "created": 0, "owned_by": "tt_backend", "max_model_len": 8192}]
     assert front.get("/health").status_code == 503  # no Triton behind it
+
+
+def test_tokenize_gives_the_ids_a_request_would_send(front: TestClient) -> None:
+    chat = front.post("/tokenize", json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                         "add_generation_prompt": True})
+    ids = [ord(c) for c in "<user>hi<assistant>"]
+    assert (chat.status_code, chat.json()) == (200, {"count": len(ids), "max_model_len": 8192, "tokens": ids,
+                                                     "token_strs": None})
+    prompt = front.post("/tokenize", json={"model": MODEL, "prompt": "ab"})
+    assert prompt.json()["tokens"] == [97, 98]
+    assert front.post("/tokenize", json={"model": "other", "prompt": "ab"}).status_code == 404
+    bad = front.post("/tokenize", json={"model": MODEL})
+    assert (bad.status_code, bad.json()["error"]["param"]) == (400, "messages")
 
 
 @pytest.mark.parametrize(("change", "field"), BAD)

@@ -22,6 +22,7 @@ from tt_backend.contract.modes import RequestStatus, StepMode
 from tt_backend.engine.grammar_compiler import GrammarCompiler
 from tt_backend.engine.output_processor import OutputCallback, OutputProcessor
 from tt_backend.engine.pipeline import StepPipeline
+from tt_backend.engine.stats import CacheInfo
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
 from tt_backend.runtime.runner import ModelRunner
 from tt_backend.sampling.grammar import GrammarBackend
@@ -72,6 +73,12 @@ class LLMEngine:
         self._thread: threading.Thread | None = None
         self._failure_listener: Callable[[BaseException], None] | None = None
         self._failure: BaseException | None = None
+
+    @property
+    def cache_info(self) -> CacheInfo:
+        kv = self.runner.kv.config
+        return CacheInfo(self.scheduler.config.block_size, self.scheduler.config.num_blocks,
+                         str(kv.dtype).removeprefix("torch."), self.scheduler.config.enable_prefix_caching)
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,

@@ -168,7 +168,7 @@ class OutputProcessor:
             live.cumulative_logprob += lp.logprob
         now = time.monotonic()
         self.stats.on_token(self.scheduler.lane_of[request.request_id], len(request.prompt_token_ids),
-                            first=live.first_token is None)
+                            None if live.last_token is None else now - live.last_token)
         live.first_token = live.first_token or now
         live.last_token = now
         reason: RequestStatus | None = None
@@ -216,11 +216,15 @@ class OutputProcessor:
 
 def _finished_stats(live: LiveRequest, reason: FinishReason, now: float) -> FinishedRequestStats:
     n = len(live.request.output_token_ids)
+    first, last, admitted = live.first_token, live.last_token, live.admitted
     tpot = None
-    if n > 1 and live.first_token is not None and live.last_token is not None:
-        tpot = (live.last_token - live.first_token) / (n - 1)
+    if n > 1 and first is not None and last is not None:
+        tpot = (last - first) / (n - 1)
     return FinishedRequestStats(
         reason=reason, num_prompt_tokens=len(live.request.prompt_token_ids), num_generation_tokens=n,
-        queue_time_s=None if live.admitted is None else live.admitted - live.arrival,
-        ttft_s=None if live.first_token is None else live.first_token - live.arrival,
-        e2e_s=now - live.arrival, time_per_output_token_s=tpot)
+        queue_time_s=None if admitted is None else admitted - live.arrival,
+        ttft_s=None if first is None else first - live.arrival,
+        e2e_s=now - live.arrival, time_per_output_token_s=tpot,
+        prefill_time_s=None if first is None or admitted is None else first - admitted,
+        decode_time_s=None if first is None or last is None else last - first,
+        inference_time_s=None if last is None or admitted is None else last - admitted)

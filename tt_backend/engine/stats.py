@@ -1,5 +1,7 @@
 """What the engine reports after each step, for metrics. Counters are deltas since the last
-report; gauges are current values; finished requests carry their latencies."""
+report; gauges are current values; finished requests carry their latencies, measured as vLLM
+measures them: queue = arrival to first scheduled, prefill = first scheduled to first token,
+decode = first to last token, inference = first scheduled to last token."""
 
 from __future__ import annotations
 
@@ -20,6 +22,12 @@ class FinishedRequestStats:
     e2e_s: float
     time_per_output_token_s: float | None
     """Mean interval between generated tokens; None with fewer than two."""
+    prefill_time_s: float | None = None
+    """First scheduled to first token; None if either never happened."""
+    decode_time_s: float | None = None
+    """First to last token; None if none was generated."""
+    inference_time_s: float | None = None
+    """First scheduled to last token; None if no token was generated."""
 
 
 @dataclass(frozen=True)
@@ -49,3 +57,20 @@ class EngineStats:
     """Structured-output grammars compiled since the last report (engine-wide: on lane 0)."""
     grammar_cache_hits: int = 0
     finished: tuple[FinishedRequestStats, ...] = field(default_factory=tuple)
+    step_tokens: int | None = None
+    """Tokens the lane computed in this step (prompt tokens prefilled, one per decode row); None
+    when the lane had no rows in it."""
+    inter_token_latencies: tuple[float, ...] = ()
+    """For each token generated since the last report after a request's first: the seconds since
+    that request's previous token."""
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """The KV cache's configuration, for `vllm:cache_config_info`."""
+
+    block_size: int
+    num_blocks: int
+    """Per lane."""
+    dtype: str
+    prefix_caching: bool

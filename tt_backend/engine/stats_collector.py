@@ -35,13 +35,17 @@ class StatsCollector:
         self._finished: dict[int, list[FinishedRequestStats]] = {lane: [] for lane in lanes}
         self._prompt_tokens = dict.fromkeys(lanes, 0)  # since the last report
         self._generation_tokens = dict.fromkeys(lanes, 0)
+        self._intervals: dict[int, list[float]] = {lane: [] for lane in lanes}
         self._reported = {lane: SchedulerStats() for lane in lanes}
         self._reported_counters = _NO_EXECUTION
 
-    def on_token(self, lane: int, num_prompt_tokens: int, first: bool) -> None:
-        """A generated token; the request's first also counts its prompt."""
-        if first:
+    def on_token(self, lane: int, num_prompt_tokens: int, since_previous: float | None) -> None:
+        """A generated token, `since_previous` seconds after the request's previous one; the
+        request's first (None) also counts its prompt."""
+        if since_previous is None:
             self._prompt_tokens[lane] += num_prompt_tokens
+        else:
+            self._intervals[lane].append(since_previous)
         self._generation_tokens[lane] += 1
 
     def on_finished(self, lane: int, stats: FinishedRequestStats) -> None:
@@ -68,6 +72,10 @@ class StatsCollector:
             if step is not None:
                 mode = step.mode if lane in took_part else StepMode.EMPTY
             counts = executed if lane in took_part else _NO_EXECUTION
+            tokens = None
+            if step is not None and lane in took_part:
+                tokens = sum(len(row.token_ids) for part in step.lanes if part.lane == lane
+                             for row in part.step.plan.rows)
             stats = EngineStats(
                 lane=lane, step_mode=mode, num_running=len(sched.running),
                 num_waiting=len(sched.waiting) + len(sched.skipped), kv_cache_usage=sched.pool.usage,
@@ -79,8 +87,10 @@ class StatsCollector:
                 host_sampling_steps=counts[3], num_parked=len(sched.skipped),
                 grammar_compile_seconds=tuple(compiled) if lane == 0 else (),
                 grammar_cache_hits=hits if lane == 0 else 0,
-                finished=tuple(self._finished[lane]))
+                finished=tuple(self._finished[lane]), step_tokens=tokens,
+                inter_token_latencies=tuple(self._intervals[lane]))
             self._reported[lane] = dataclasses.replace(sched.stats)
             self._prompt_tokens[lane] = self._generation_tokens[lane] = 0
             self._finished[lane] = []
+            self._intervals[lane] = []
             self.listener(stats)

@@ -39,6 +39,13 @@ def default_gguf_path() -> Path:
     return path
 
 
+def served_model_name(model_dir: Path) -> str:
+    """The name clients send as `model` (the OpenAI front) and metrics carry as `model_name`: the
+    directory's name, up to its first dot (the default model's converted directory is named after
+    its GGUF file)."""
+    return model_dir.name.split(".")[0] if model_dir.name else "model"
+
+
 def resolve_model_dir(model: str) -> Path:
     """Return an HF-format directory for `model` ("" = default), converting a GGUF once."""
     path = default_gguf_path() if not model else Path(model).expanduser()

@@ -38,9 +38,11 @@ def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
     return JSONResponse(error_body(message, status, param), status_code=status)
 
 
-def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple[int, ...]], str]) -> FastAPI:
-    """`render_chat`: messages and tools → prompt token ids through the model's chat template; `decode`:
-    token ids → text (to echo a completion prompt sent as ids)."""
+def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple[int, ...]], str],
+               encode: Callable[[str], list[int]] | None = None) -> FastAPI:
+    """`render_chat`: messages and tools → prompt token ids through the model's chat template;
+    `decode`: token ids → text (to echo a completion prompt sent as ids); `encode`: a completion
+    prompt's text → token ids (for /tokenize; without it /tokenize takes chat messages only)."""
     clients: dict[str, grpcclient.InferenceServerClient] = {}
 
     @asynccontextmanager
@@ -125,6 +127,28 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         if not call.echo:
             return ""
         return call.prompt if isinstance(call.prompt, str) else decode(call.prompt)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        """vLLM's /tokenize: the ids a chat (`messages`) or completion (`prompt`) request would
+        send. vLLM's router asks for them to route on token prefixes."""
+        try:
+            body = await body_of(request)
+            if isinstance(body.get("messages"), list):
+                tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+                ids = render_chat(body["messages"], tools)
+            elif isinstance(body.get("prompt"), str) and encode is not None:
+                ids = encode(body["prompt"])
+            else:
+                raise BadRequest("tokenize expects `messages` (a list) or `prompt` (a string)", "messages")
+        except BadRequest as exc:
+            return _error(str(exc), 400, exc.param)
+        except LookupError as exc:
+            return _error(str(exc), 404, "model")
+        except (TypeError, ValueError, KeyError) as exc:  # messages the chat template cannot render
+            return _error(f"cannot render the messages: {exc}", 400, "messages")
+        return JSONResponse({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids,
+                             "token_strs": None})
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

@@ -28,6 +28,7 @@ from tt_backend.contract.modes import FinishReason
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
+from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
 from tt_backend.triton.metrics import EngineMetrics
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import parse_generate_request
@@ -84,7 +85,10 @@ class TritonPythonModel:
         self._ids = itertools.count()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}  # response thread only
-        self.metrics = EngineMetrics(args["model_name"], config.data_parallel_size)
+        resolved = self.engine.config
+        self.metrics = EngineMetrics(args["model_name"], served_model_name(resolve_model_dir(config.model)),
+                                     resolved.data_parallel_size, self.engine.cache_info,
+                                     self.engine.max_model_len, resolved.max_num_batched_tokens)
         self.engine.set_stats_listener(self._queue.put)
         self.engine.set_failure_listener(lambda exc: self._queue.put(_EngineFailed(exc)))
         self._thread = threading.Thread(target=self._response_loop, name="tt-responses", daemon=True)

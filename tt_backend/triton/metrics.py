@@ -1,47 +1,61 @@
 """Prometheus metrics on Triton's metrics port, through pb_utils.MetricFamily.
 
-vLLM's names, labelled by `model` and `lane`, plus this design's own (`tt:` prefix). Rules:
-every family exists from startup at 0; a counter has exactly one series per model and lane (and
-its own label, such as `finished_reason` or `mode`), with no aggregate series; the EOS token
-counts as a generated token; cached blocks that no request references count as free in
-`vllm:kv_cache_usage_perc`. Only the response thread calls `update` (pb_utils metric updates
-from several threads crashed tritonserver 2.51).
+vLLM's names and meanings, labelled by `model` (Triton's model), `model_name` (the served model,
+the label vLLM's dashboards and the Gateway API inference extension filter on) and `lane`, plus
+this design's own (`tt:` prefix). Rules: every family exists from startup at 0; a counter has
+exactly one series per model and lane (and its own label, such as `finished_reason` or `mode`),
+with no aggregate series; the EOS token counts as a generated token; cached blocks that no
+request references count as free in `vllm:kv_cache_usage_perc`. `vllm:time_per_output_token_seconds`
+and `vllm:inter_token_latency_seconds` observe every interval between a request's tokens, as vLLM
+does; `vllm:request_time_per_output_token_seconds` a request's mean. Only the response thread
+calls `update` (pb_utils metric updates from several threads crashed tritonserver 2.51).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
 from tt_backend.contract.modes import FinishReason, StepMode
-from tt_backend.engine.stats import EngineStats
+from tt_backend.engine.stats import CacheInfo, EngineStats, FinishedRequestStats
+from tt_backend.triton.metric_buckets import (
+    INTER_TOKEN_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TTFT_BUCKETS,
+    iteration_token_buckets,
+    token_count_buckets,
+)
 
-LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                   7.5, 10.0, 20.0, 40.0, 80.0]
 SUCCESS_REASONS = tuple(reason.value for reason in FinishReason if reason is not FinishReason.ERROR)
+Series = dict[tuple[str, str], Any]
+"""A family's metrics by (lane, value of the family's own label or "")."""
 
 
 class EngineMetrics:
-    def __init__(self, model_name: str, num_lanes: int = 1) -> None:
+    def __init__(self, model: str, model_name: str, num_lanes: int, cache: CacheInfo, max_model_len: int,
+                 max_num_batched_tokens: int) -> None:
         self._families: list[Any] = []  # kept alive for as long as their metrics
         counter, gauge, histogram = (pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE,
                                      pb_utils.MetricFamily.HISTOGRAM)
         lanes = [str(i) for i in range(num_lanes)]
+        base = {"model": model, "model_name": model_name}
 
         def metrics(name: str, description: str, kind: Any, extra: dict[str, list[str]] | None = None,
-                    buckets: list[float] | None = None) -> dict[tuple[str, str], Any]:
+                    buckets: list[float] | None = None, info: dict[str, str] | None = None) -> Series:
             family = pb_utils.MetricFamily(name=name, description=description, kind=kind)
             self._families.append(family)
             out = {}
             for lane in lanes:
                 (key, values), = (extra or {"": [""]}).items()
                 for value in values:
-                    labels = {"model": model_name, "lane": lane, **({key: value} if key else {})}
+                    labels = {**base, "lane": lane, **({key: value} if key else {}), **(info or {})}
                     kwargs = {"buckets": buckets} if buckets is not None else {}
                     out[(lane, value)] = family.Metric(labels=labels, **kwargs)
             return out
 
+        tokens = token_count_buckets(max_model_len)
         self.running = metrics("vllm:num_requests_running", "Requests running on the device", gauge)
         self.waiting = metrics("vllm:num_requests_waiting", "Requests waiting to be admitted", gauge)
         self.kv_usage = metrics("vllm:kv_cache_usage_perc", "Fraction of KV blocks in use (0-1)", gauge)
@@ -56,13 +70,33 @@ class EngineMetrics:
                                {"finished_reason": list(SUCCESS_REASONS)})
         self.failures = metrics("tt:request_failures_total", "Requests ended by an error", counter)
         self.ttft = metrics("vllm:time_to_first_token_seconds", "Arrival to first token", histogram,
-                            buckets=LATENCY_BUCKETS)
+                            buckets=TTFT_BUCKETS)
         self.tpot = metrics("vllm:time_per_output_token_seconds",
-                            "Mean interval between a request's tokens", histogram, buckets=LATENCY_BUCKETS)
+                            "Interval between a request's consecutive tokens", histogram,
+                            buckets=INTER_TOKEN_BUCKETS)
+        self.itl = metrics("vllm:inter_token_latency_seconds", "Interval between a request's consecutive "
+                           "tokens", histogram, buckets=INTER_TOKEN_BUCKETS)
+        self.request_tpot = metrics("vllm:request_time_per_output_token_seconds",
+                                    "Mean interval between a request's tokens", histogram,
+                                    buckets=INTER_TOKEN_BUCKETS)
         self.e2e = metrics("vllm:e2e_request_latency_seconds", "Arrival to finish", histogram,
-                           buckets=LATENCY_BUCKETS)
-        self.queue = metrics("vllm:request_queue_time_seconds", "Arrival to first admission", histogram,
-                             buckets=LATENCY_BUCKETS)
+                           buckets=REQUEST_LATENCY_BUCKETS)
+        self.queue = metrics("vllm:request_queue_time_seconds", "Arrival to first scheduled", histogram,
+                             buckets=REQUEST_LATENCY_BUCKETS)
+        self.prefill_time = metrics("vllm:request_prefill_time_seconds", "First scheduled to first token",
+                                    histogram, buckets=REQUEST_LATENCY_BUCKETS)
+        self.decode_time = metrics("vllm:request_decode_time_seconds", "First to last token", histogram,
+                                   buckets=REQUEST_LATENCY_BUCKETS)
+        self.inference_time = metrics("vllm:request_inference_time_seconds",
+                                      "First scheduled to last token", histogram,
+                                      buckets=REQUEST_LATENCY_BUCKETS)
+        self.request_prompt = metrics("vllm:request_prompt_tokens", "Prompt tokens of a finished request",
+                                      histogram, buckets=tokens)
+        self.request_generation = metrics("vllm:request_generation_tokens",
+                                          "Tokens generated for a finished request", histogram,
+                                          buckets=tokens)
+        self.iteration_tokens = metrics("vllm:iteration_tokens_total", "Tokens computed in one engine step",
+                                        histogram, buckets=iteration_token_buckets(max_num_batched_tokens))
         self.steps = metrics("tt:steps_total", "Engine steps by mode", counter,
                              {"mode": [mode.value for mode in StepMode]})
         self.eager_steps = metrics("tt:eager_steps_total", "Steps executed eagerly", counter)
@@ -76,9 +110,20 @@ class EngineMetrics:
         self.parked = metrics("tt:num_requests_parked", "Waiting requests parked while their grammar "
                               "compiles (counted in vllm:num_requests_waiting too)", gauge)
         self.grammar_compile = metrics("tt:grammar_compile_seconds", "Structured-output grammar compile "
-                                       "time", histogram, buckets=LATENCY_BUCKETS)
+                                       "time", histogram, buckets=TTFT_BUCKETS)
         self.grammar_cache_hits = metrics("tt:grammar_cache_hits_total", "Structured-output requests "
                                           "whose grammar was compiled already", counter)
+        # Info metrics: the value is 1 (the cache) or when it was set (LoRA, as vLLM's); the labels
+        # carry the information. No LoRA adapters: the inference extension reads that none run.
+        cache_info = {"block_size": str(cache.block_size), "num_gpu_blocks": str(cache.num_blocks),
+                      "cache_dtype": cache.dtype, "enable_prefix_caching": str(cache.prefix_caching)}
+        for metric in metrics("vllm:cache_config_info", "KV cache configuration", gauge,
+                              info=cache_info).values():
+            metric.set(1)
+        lora_info = {"max_lora": "0", "running_lora_adapters": "", "waiting_lora_adapters": ""}
+        for metric in metrics("vllm:lora_requests_info", "Running and waiting LoRA adapters", gauge,
+                              info=lora_info).values():
+            metric.set(time.time())
 
     def update(self, stats: EngineStats) -> None:
         """Counters and histograms first, the gauges last: a scrape taken while this runs and
@@ -95,6 +140,8 @@ class EngineMetrics:
                 counter[(lane, "")].increment(value)
         if stats.step_mode is not None:
             self.steps[(lane, stats.step_mode.value)].increment(1)
+        if stats.step_tokens is not None:
+            self.iteration_tokens[(lane, "")].observe(stats.step_tokens)
         for counter, value in ((self.eager_steps, stats.eager_steps),
                                (self.trace_replays, stats.traced_steps),
                                (self.decode_drains, stats.decode_drains),
@@ -104,21 +151,31 @@ class EngineMetrics:
                 counter[(lane, "")].increment(value)
         for compiled in stats.grammar_compile_seconds:
             self.grammar_compile[(lane, "")].observe(compiled)
+        for seconds in stats.inter_token_latencies:
+            self.tpot[(lane, "")].observe(seconds)
+            self.itl[(lane, "")].observe(seconds)
         for done in stats.finished:
-            if done.reason is FinishReason.ERROR:
-                self.failures[(lane, "")].increment(1)
-            else:
-                self.success[(lane, done.reason.value)].increment(1)
-            self.e2e[(lane, "")].observe(done.e2e_s)
-            for histogram, seconds in ((self.ttft, done.ttft_s), (self.queue, done.queue_time_s),
-                                       (self.tpot, done.time_per_output_token_s)):
-                if seconds is not None:
-                    histogram[(lane, "")].observe(seconds)
+            self._finished(lane, done)
         self.running[(lane, "")].set(stats.num_running)
         self.waiting[(lane, "")].set(stats.num_waiting)
         self.parked[(lane, "")].set(stats.num_parked)
         self.kv_usage[(lane, "")].set(stats.kv_cache_usage)
 
+    def _finished(self, lane: str, done: FinishedRequestStats) -> None:
+        if done.reason is FinishReason.ERROR:
+            self.failures[(lane, "")].increment(1)
+        else:
+            self.success[(lane, done.reason.value)].increment(1)
+        self.e2e[(lane, "")].observe(done.e2e_s)
+        self.request_prompt[(lane, "")].observe(done.num_prompt_tokens)
+        self.request_generation[(lane, "")].observe(done.num_generation_tokens)
+        for histogram, seconds in ((self.ttft, done.ttft_s), (self.queue, done.queue_time_s),
+                                   (self.request_tpot, done.time_per_output_token_s),
+                                   (self.prefill_time, done.prefill_time_s),
+                                   (self.decode_time, done.decode_time_s),
+                                   (self.inference_time, done.inference_time_s)):
+            if seconds is not None:
+                histogram[(lane, "")].observe(seconds)
+
     def engine_failed(self, lane: int = 0) -> None:
         self.engine_failures[(str(lane), "")].increment(1)
-
