@@ -10,7 +10,7 @@ import pytest
 
 from tt_backend.openai_front.errors import BadRequest
 from tt_backend.openai_front.requests import chat_call
-from tt_backend.openai_front.tool_calls import ToolCallReader, Tools, parse_tools
+from tt_backend.openai_front.tool_calls import ToolCallReader, Tools, parse_tools, with_tools_in_system
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -96,3 +96,12 @@ def test_bad_tools_name_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(BadRequest) as error:
         parse_tools(body)
     assert error.value.param == param
+
+
+def test_tools_go_into_the_system_message_for_templates_without_them() -> None:
+    tools = [WEATHER]
+    added = with_tools_in_system(MESSAGES, tools)
+    assert [m["role"] for m in added] == ["system", "user"] and added[1] == MESSAGES[0]
+    assert json.dumps(WEATHER["function"]) in added[0]["content"] and "<tool_call>" in added[0]["content"]
+    merged = with_tools_in_system([{"role": "system", "content": "Be brief."}, *MESSAGES], tools)
+    assert len(merged) == 2 and merged[0]["content"].startswith("Be brief.\n\nYou may call these tools.")

@@ -11,6 +11,7 @@ import uvicorn
 
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
 from tt_backend.openai_front.app import FrontConfig, create_app
+from tt_backend.openai_front.tool_calls import with_tools_in_system
 from tt_backend.text.tokenizer import load_tokenizer
 
 
@@ -34,7 +35,11 @@ def main() -> None:
     name = args.served_model_name or served_model_name(model_dir)
     config = FrontConfig(args.triton_url, name, max_len, max_body_bytes=args.max_body_bytes)
 
+    template_takes_tools = "tools" in str(tokenizer.chat_template or "")
+
     def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        if tools and not template_takes_tools:  # the template would drop them
+            messages, tools = with_tools_in_system(messages, tools), None
         ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
 

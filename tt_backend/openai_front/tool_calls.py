@@ -9,6 +9,10 @@ the output read back as OpenAI `tool_calls`.
   a tool's `name` and `parameters` valid for that tool's schema (vLLM's schema for `required`).
 - a named function: the output is constrained to that function's parameter schema, and is its
   arguments.
+
+A chat template that takes no `tools` (SmolLM2's, for one) would drop them, and the model would
+never see what it may call: then the tools go into the system message, with the call format
+above (`with_tools_in_system`).
 """
 
 from __future__ import annotations
@@ -163,3 +167,16 @@ def _partial_marker(text: str) -> int:
         if OPEN.startswith(text[-n:]):
             return n
     return 0
+
+
+_TOOLS_PROMPT = ("You may call these tools. To call one, reply with <tool_call>{\"name\": <tool name>, "
+                 "\"arguments\": <arguments as JSON>}</tool_call>.\n<tools>\n")
+
+
+def with_tools_in_system(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages with the tools described in the system message (the first one, or a new one)."""
+    described = _TOOLS_PROMPT + "\n".join(json.dumps(t["function"]) for t in tools) + "\n</tools>"
+    if messages and messages[0].get("role") == "system":
+        first = messages[0]
+        return [{**first, "content": f"{first['content']}\n\n{described}"}, *messages[1:]]
+    return [{"role": "system", "content": described}, *messages]
