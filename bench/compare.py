@@ -193,9 +193,11 @@ def stream_openai(port: int, prompt: str, max_tokens: int, model: str = "smollm2
     return times, tokens
 
 
-def stream_tt_llm(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
-    """One `tt_llm` stream over Triton's HTTP `generate_stream`, past the front."""
-    params = json.dumps({"temperature": 0, "max_tokens": max_tokens, "ignore_eos": True})
+def stream_tt_llm(port: int, prompt: str, max_tokens: int,
+                  sampling: dict[str, Any] | None = None) -> tuple[list[float], int]:
+    """One `tt_llm` stream over Triton's HTTP `generate_stream`, past the front (`sampling`: its
+    sampling parameters; default greedy with ignore_eos)."""
+    params = json.dumps(sampling or {"temperature": 0, "max_tokens": max_tokens, "ignore_eos": True})
     body = {"text_input": prompt, "sampling_parameters": params, "stream": True,
             "exclude_input_in_output": True, "return_num_output_tokens": True}
     times, tokens = [], 0

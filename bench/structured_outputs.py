@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import requests
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, measure, prompt_text, stop, wait_http  # noqa: E402
+from compare import RESULTS, ROOT, measure, prompt_text, stop, stream_tt_llm, wait_http  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"items": {
     "type": "array", "minItems": 64, "items": {"type": "string", "minLength": 2, "maxLength": 20}}},
@@ -39,22 +35,7 @@ def stream(port: int, prompt: str, max_tokens: int, constrained: bool = False) -
         params["structured_outputs"] = {"json": SCHEMA}
     else:
         params["ignore_eos"] = True
-    body = {"text_input": prompt, "sampling_parameters": json.dumps(params), "stream": True,
-            "exclude_input_in_output": True, "return_num_output_tokens": True}
-    times, tokens = [], 0
-    with requests.post(f"http://127.0.0.1:{port}/v2/models/tt_llm/generate_stream", json=body, stream=True,
-                       timeout=900) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if not line.startswith(b"data: "):
-                continue
-            event = json.loads(line[6:])
-            if "error" in event:
-                raise RuntimeError(event["error"])
-            if event.get("text_output"):
-                times.append(time.perf_counter())
-            tokens += int(event.get("num_output_tokens", 0))
-    return times, tokens
+    return stream_tt_llm(port, prompt, max_tokens, params)
 
 
 def mixed(constrained: frozenset[str], port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
