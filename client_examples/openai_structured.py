@@ -12,8 +12,11 @@ from openai import OpenAI
 
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
                                          "country": {"type": "string", "maxLength": 30},
-                                         "population_millions": {"type": "number", "minimum": 0}},
+                                         "population_millions": {"type": "integer", "minimum": 0,
+                                                                 "maximum": 999}},
         "required": ["city", "country", "population_millions"], "additionalProperties": False}
+# Bounds matter for a small model: with an unbounded number, SmolLM2-135M at temperature 0 writes
+# digits until max_tokens.
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
@@ -31,7 +34,10 @@ def main() -> None:
     reply = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "Describe Paris as JSON."}], max_tokens=80,
         temperature=0, response_format=city)  # type: ignore[arg-type]
-    print("response_format:", json.loads(reply.choices[0].message.content or "{}"))
+    choice = reply.choices[0]
+    content = choice.message.content or ""
+    cut = f"{content} (cut: {choice.finish_reason})"
+    print("response_format:", json.loads(content) if choice.finish_reason == "stop" else cut)
     called = client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": "What is the weather in Oslo?"}], max_tokens=80,
         temperature=0, tools=[WEATHER], tool_choice="required")  # type: ignore[list-item]
