@@ -1,4 +1,5 @@
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,30 @@ def test_tt_platform_uses_the_tt_prefix_and_needs_ttnn() -> None:
     assert entry.class_path == "models.tt_transformers.tt.generator_vllm:LlamaForCausalLM"
     with pytest.raises(ValueError, match="needs ttnn"):  # ttnn is not installed on this machine
         entry.resolve()
+
+
+@pytest.mark.parametrize(("where", "mode", "reason"), [
+    ("folder", 0o777, "is writable by every user"),
+    ("file", 0o646, "is writable by every user"),
+    ("parent", 0o757, "is writable by every user"),
+])
+def test_a_bundle_others_can_write_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture, where: str,
+                                               mode: int, reason: str) -> None:
+    """EXTRA_MODELS_DIR runs the bundles' code: a bundle folder, file or the folder holding them
+    that another user can write is skipped with the reason; locked down, the same bundle loads."""
+    extra = tmp_path / "extra"
+    bundle = extra / "good_llama"
+    shutil.copytree(BUNDLES / "good_llama", bundle, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in (extra, *sorted(extra.rglob("*"))):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    extra.chmod(0o755)
+    target = {"folder": bundle, "file": bundle / "vllm_metadata.json", "parent": extra}[where]
+    target.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="tt_backend.models.registry"):
+        refused = build_registry("torch", extra_models_dir=str(extra), builtin=False)
+    assert refused.names() == []
+    assert any(f"skipping model bundle {bundle}: PermissionError: {target} {reason}" in r.getMessage()
+               and "only its owner may write it" in r.getMessage() for r in caplog.records), caplog.records
+    target.chmod(0o755 if target.is_dir() else 0o644)
+    assert build_registry("torch", extra_models_dir=str(extra), builtin=False).names() == [
+        "BundleLlamaForCausalLM"]

@@ -17,10 +17,14 @@ class attribute (ModelCapabilities), and on the module `spec` (ModelSpec) and
 
 from __future__ import annotations
 
+import grp
 import importlib
 import importlib.util
 import json
 import logging
+import os
+import pwd
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -141,8 +145,32 @@ def build_registry(platform: Platform = "torch", *, extra_models_dir: str, built
     return registry
 
 
+def writable_by_others(path: Path) -> str | None:
+    """Why `path` may be written by a user other than its owner (None: it may not). A bundle's code
+    runs in the server, so a folder or file that another user can change is refused. Group write
+    counts, unless the group is the owner's own (a user-private group, as Debian gives each user)."""
+    info = path.stat()
+    if info.st_mode & stat.S_IWOTH:
+        return f"{path} is writable by every user (mode {stat.filemode(info.st_mode)})"
+    if info.st_mode & stat.S_IWGRP:
+        try:
+            private = grp.getgrgid(info.st_gid).gr_name == pwd.getpwuid(info.st_uid).pw_name
+        except KeyError:
+            private = False
+        if not private:
+            return f"{path} is writable by its group (mode {stat.filemode(info.st_mode)})"
+    if info.st_uid not in (os.getuid(), 0):
+        return f"{path} belongs to another user (uid {info.st_uid})"
+    return None
+
+
 def _register_bundle(registry: ModelRegistry, folder: Path) -> None:
     try:
+        for path in (folder.parent, folder, *folder.rglob("*")):
+            why = writable_by_others(path)
+            if why is not None:
+                raise PermissionError(f"{why}; a bundle's code runs in the server, so only its owner may "
+                                      "write it")
         with open(folder / "vllm_metadata.json", encoding="utf-8") as f:
             meta = json.load(f)
         arch, main_class = meta["arch"], meta["main_class"]
