@@ -9,7 +9,7 @@ ROUTER_PORT ?= 9090
 ROUTER_POLICY ?= cache_aware
 CLUSTER_BASE_PORT ?= 8100
 
-.PHONY: setup test-deps serve serve-cluster test test-slow lint bench
+.PHONY: setup test-deps serve serve-cluster test test-slow lint bench reliability
 
 setup:
 	@bash scripts/setup.sh
@@ -34,6 +34,9 @@ test-slow: setup
 bench: setup
 	$(VENV)/bin/pip install -q matplotlib
 	$(PY) bench/compare.py $(BENCH_ARGS)
+
+reliability: setup
+	$(PY) bench/reliability.py $(RELIABILITY_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check tt_backend tests bench scripts client_examples model_repository
