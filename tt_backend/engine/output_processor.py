@@ -54,7 +54,6 @@ class LiveRequest:
     cumulative_logprob: float = 0.0
     grammar: GrammarMatcher | None = None
     """Its structured-output matcher, once compiled (the request is parked until then)."""
-    compiling: Future[Any] | None = None
 
     @property
     def row(self) -> SamplingRow:
@@ -81,7 +80,8 @@ class OutputProcessor:
         self._seeds = random.Random(seed)
         self._on_finished = on_finished
         self.grammars = grammars
-        self._compiling: dict[str, LiveRequest] = {}
+        self._compiling: dict[str, Future[Any]] = {}
+        """The grammar compiles of parked requests, by request id."""
 
     def admit(self, request: Request, on_output: OutputCallback, arrival: float) -> None:
         """Start tracking the request and hand it to the scheduler."""
@@ -97,23 +97,21 @@ class OutputProcessor:
         self.live[request.request_id] = live
         if params.structured_outputs is not None:
             assert self.grammars is not None, "the engine validates structured outputs on add"
-            live.compiling = self.grammars.submit(params.structured_outputs)
+            self._compiling[request.request_id] = self.grammars.submit(params.structured_outputs)
             request.precondition = lambda: live.grammar is not None  # parked until compiled
-            self._compiling[request.request_id] = live
         self.scheduler.add(request)
 
     def resolve_grammars(self) -> None:
         """Give each request whose grammar compiled its matcher (so the scheduler admits it); end
         those whose grammar failed to compile with the compile error."""
-        for request_id, live in list(self._compiling.items()):
-            if live.compiling is None or not live.compiling.done():
+        for request_id, compiling in list(self._compiling.items()):
+            if not compiling.done():
                 continue
             del self._compiling[request_id]
             try:
-                live.grammar = GrammarMatcher(live.compiling.result())
+                self.live[request_id].grammar = GrammarMatcher(compiling.result())
             except Exception as exc:  # noqa: BLE001 (the compile error ends only this request)
                 self.finish(request_id, RequestStatus.FINISHED_ERROR, error=str(exc))
-            live.compiling = None
 
     def apply(self, step: ScheduledStep, sampled: SampledTokens) -> None:
         """Hand the step's tokens to the scheduler, then process each (with its logprobs)."""

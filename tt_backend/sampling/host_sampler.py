@@ -81,10 +81,10 @@ def process_logits(logits: torch.Tensor, rows: Sequence[HostRow]) -> torch.Tenso
         for name in p.logits_processors:
             x.copy_(lookup(name)(tuple(row.output_ids), x))
         _penalise(x, p, row.prompt_ids, row.output_ids)
-    constrained = [i for i, row in enumerate(rows) if row.grammar is not None]
-    if constrained:  # every grammar's mask at once, filled in parallel
-        grammars = [g for g in (rows[i].grammar for i in constrained) if g is not None]
-        allowed = allowed_tokens(grammars, logits.shape[1]).to(logits.device)
+    grammars = {i: row.grammar for i, row in enumerate(rows) if row.grammar is not None}
+    if grammars:  # every grammar's mask at once, filled in parallel
+        constrained = list(grammars)
+        allowed = allowed_tokens(list(grammars.values()), logits.shape[1]).to(logits.device)
         logits[constrained] = logits[constrained].masked_fill(~allowed, float("-inf"))
     return logits
 
