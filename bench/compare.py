@@ -149,14 +149,17 @@ def start_vllm(model_dir: Path, port: int, max_model_len: int) -> subprocess.Pop
     return proc
 
 
-def start_ours(port: int, settings: tuple[str, ...] = (), openai: bool = True) -> subprocess.Popen[bytes]:
-    """Triton's HTTP on `port`, gRPC and metrics on the next two, the OpenAI front on `port + 3`."""
-    log = RESULTS / "ours_server.log"
-    extra = [arg for setting in settings for arg in ("--set", setting)]
+def start_ours(port: int, settings: tuple[str, ...] = (), openai: bool = True,
+               log_name: str = "ours_server.log", prefix_caching: bool = False) -> subprocess.Popen[bytes]:
+    """Triton's HTTP on `port`, gRPC and metrics on the next two, the OpenAI front on `port + 3`;
+    `settings`: engine options (`KEY=VALUE`); the log goes to bench/results/`log_name`."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    log = RESULTS / log_name
+    caching = () if prefix_caching else ("enable_prefix_caching=false",)
+    extra = [arg for setting in (*caching, *settings) for arg in ("--set", setting)]
     front = ["--openai-port", str(port + 3)] if openai else ["--no-openai"]
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(port),
-                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), *front,
-                             "--set", "enable_prefix_caching=false", *extra],
+                             "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), *front, *extra],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
                             start_new_session=True)
     wait_http(f"http://127.0.0.1:{port + 3}/health" if openai else

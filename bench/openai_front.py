@@ -15,7 +15,6 @@ import functools
 import json
 import queue
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import requests
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, measure, prompt_text, stop, stream_openai, wait_http  # noqa: E402
+from compare import measure, prompt_text, start_ours, stop, stream_openai  # noqa: E402
 
 
 def stream_grpc(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
@@ -77,16 +76,9 @@ def main() -> None:
     from tt_backend.text.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(resolve_model_dir(""))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    log = RESULTS / "openai_front_server.log"
-    http, grpc, front = args.port, args.port + 1, args.port + 3
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
-                             "--grpc-port", str(grpc), "--metrics-port", str(args.port + 2),
-                             "--openai-port", str(front), "--set", "enable_prefix_caching=false"],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True)
+    grpc, front = args.port + 1, args.port + 3
+    proc = start_ours(args.port, log_name="openai_front_server.log")
     try:
-        wait_http(f"http://127.0.0.1:{front}/health", proc, log)
         model = requests.get(f"http://127.0.0.1:{front}/v1/models", timeout=10).json()["data"][0]["id"]
         paths = {"front": (functools.partial(stream_openai, model=model), front), "grpc": (stream_grpc, grpc)}
         warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]

@@ -34,7 +34,7 @@ import requests
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, prompt_text, stop, wait_http  # noqa: E402
+from compare import prompt_text, start_ours, stop  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -219,17 +219,10 @@ def main() -> int:
                                        "temperature": 0 if greedy else 0.8, "seed": rng.randrange(1 << 30)}
         cancel = rng.choice((0, 1, 2, 4, 8)) if rng.random() < args.cancel else None
         jobs.append(Job(i, rng.choice(("grpc", "http", "openai")), rng.choice(prompts), sampling, cancel))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    log = RESULTS / "reliability_server.log"
     http, grpc, metrics, front = args.port, args.port + 1, args.port + 2, args.port + 3
     # fp32: greedy outputs under load are compared exactly with the same requests run alone.
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
-                             "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--openai-port",
-                             str(front), "--set", "dtype=float32"],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True)
+    proc = start_ours(args.port, ("dtype=float32",), log_name="reliability_server.log", prefix_caching=True)
     try:
-        wait_http(f"http://127.0.0.1:{front}/health", proc, log)
         model = requests.get(f"http://127.0.0.1:{front}/v1/models", timeout=10).json()["data"][0]["id"]
         marker = f"tritonserver .*--grpc-port {grpc}"
         runners = {"grpc": lambda j: run_grpc(grpc, j, args.timeout),

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import functools
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import RESULTS, ROOT, measure, prompt_text, stop, stream_tt_llm, wait_http  # noqa: E402
+from compare import measure, prompt_text, start_ours, stop, stream_tt_llm  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"items": {
     "type": "array", "minItems": 64, "items": {"type": "string", "minLength": 2, "maxLength": 20}}},
@@ -56,15 +55,8 @@ def main() -> None:
     from tt_backend.text.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(resolve_model_dir(""))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    log = RESULTS / "structured_outputs_server.log"
-    proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(args.port),
-                             "--grpc-port", str(args.port + 1), "--metrics-port", str(args.port + 2),
-                             "--no-openai", "--set", "enable_prefix_caching=false"],
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True)
+    proc = start_ours(args.port, openai=False, log_name="structured_outputs_server.log")
     try:
-        wait_http(f"http://127.0.0.1:{args.port}/v2/health/ready", proc, log)
         warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
         measure(functools.partial(stream, constrained=True), args.port, warm, 1, 16)  # compile once
         measure(stream, args.port, warm, 1, 8)
