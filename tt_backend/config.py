@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tt_backend.contract.modes import Named, SampleOnDeviceMode, TraceMode
+from tt_backend.mesh_options import DispatchCoreAxisName, FabricName, MeshOptions, parse_mesh_device
 
 Dtype = Literal["auto", "bfloat16", "float32", "float16"]
-DeviceName = Literal["auto", "cpu", "cuda"]
+DeviceName = Literal["auto", "cpu", "cuda", "tt"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
 
@@ -29,11 +30,18 @@ _FALSE = {"0", "false", "no", "off"}
 
 # Names users bring from vLLM that this backend refuses, with the reason shown to them.
 _REJECTED_OPTIONS: dict[str, str] = {
-    "tensor_parallel_size": "tensor parallelism comes from the mesh shape; use the mesh shape "
-    "(`mesh_device`) instead of tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline parallelism comes from the mesh shape; use the mesh shape "
-    "(`mesh_device`) instead of pipeline_parallel_size",
+    "tensor_parallel_size": "tensor parallelism comes from the mesh shape; set MESH_DEVICE (the "
+    "mesh_device option or the env MESH_DEVICE, e.g. N300, T3K or 1x8) instead of tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline parallelism comes from the mesh shape; set MESH_DEVICE (the "
+    "mesh_device option or the env MESH_DEVICE, e.g. T3K or TG) instead of pipeline_parallel_size",
 }
+# Option names accepted besides the field's own (after the `tt.` prefix is removed).
+_ALIASES = {"MESH_DEVICE": "mesh_device"}
+# The Tenstorrent mesh options: they apply to device=tt (and auto when it picks a Tenstorrent mesh).
+TT_OPTIONS = ("mesh_device", "fabric_config", "trace_region_size", "l1_small_size", "worker_l1_size",
+              "dispatch_core_axis", "num_command_queues")
+TT_BLOCK_MULTIPLE = 32
+"""A TT paged KV cache is TILE-laid (32x32 tiles over block_size x head_dim)."""
 
 
 def _batched_prefill_disabled_by_env() -> bool:
@@ -58,6 +66,24 @@ class EngineConfig:
     """auto: bfloat16 on CUDA and on CPUs with AVX-512; below AVX-512, float32 activations with
     bfloat16 linear weights (see devices/compute_plan.py)."""
     device: DeviceName = "auto"
+    """cpu, cuda, tt (a Tenstorrent mesh through ttnn), or auto: tt when ttnn imports and reports
+    a device, else cuda when torch sees one, else cpu."""
+    mesh_device: str = ""
+    """Tenstorrent mesh: a tt-metal name (N150, N300, N150x4, T3K, TG, P150, P300, P150x4, P150x8,
+    BHGLX) or ROWSxCOLS (1x8); empty: the env MESH_DEVICE, else every chip as one row. The option
+    is also accepted as MESH_DEVICE."""
+    fabric_config: FabricName = "auto"
+    """Set before the mesh opens, reset to DISABLED after it closes; auto: FABRIC_1D on a mesh of
+    more than one chip, DISABLED on one."""
+    trace_region_size: int = 50_000_000
+    """Bytes of DRAM reserved for captured traces (per chip)."""
+    l1_small_size: int | None = None
+    """Bytes of the small L1 region (None: ttnn's default)."""
+    worker_l1_size: int | None = None
+    """Bytes of worker L1 (None: ttnn's default)."""
+    dispatch_core_axis: DispatchCoreAxisName = "auto"
+    """row or col; auto: ttnn's default for the architecture."""
+    num_command_queues: int = 1
     max_model_len: int | None = None
     """Defaults to the model's maximum positions."""
     max_num_seqs: int = 32
@@ -134,6 +160,7 @@ class EngineConfig:
                      "kv_cache_memory_bytes", "data_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        self._check_tt_options()
         if self.decode_steps_between_prefills < 0:
             raise ValueError("decode_steps_between_prefills must be >= 0, got "
                              f"{self.decode_steps_between_prefills}")
@@ -155,6 +182,25 @@ class EngineConfig:
         if self.enable_chunked_prefill is False and self.max_model_len is not None:
             _check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
 
+    def _check_tt_options(self) -> None:
+        _check_choice("fabric_config", self.fabric_config, typing.get_args(FabricName))
+        _check_choice("dispatch_core_axis", self.dispatch_core_axis, typing.get_args(DispatchCoreAxisName))
+        self.mesh_options(shape=parse_mesh_device(self.mesh_device) if self.mesh_device else None)
+        if self.device in ("cpu", "cuda"):
+            defaults = EngineConfig.__dataclass_fields__
+            for name in TT_OPTIONS:
+                if getattr(self, name) != defaults[name].default:
+                    raise ValueError(f"{name}={getattr(self, name)!r} is a Tenstorrent mesh option, but "
+                                     f"device={self.device!r}; set device=tt (or auto) or drop it")
+        if self.device == "tt":
+            check_tt_block_size(self.block_size)
+
+    def mesh_options(self, shape: tuple[int, int] | None) -> MeshOptions:
+        """The mesh to open for this config, over `shape` (None: every chip as one row)."""
+        return MeshOptions(shape, self.fabric_config, self.trace_region_size, self.l1_small_size,
+                           self.worker_l1_size, self.dispatch_core_axis, self.num_command_queues,
+                           self.data_parallel_size)
+
     @classmethod
     def from_parameters(cls, params: dict[str, str]) -> EngineConfig:
         """Build from string parameters (Triton `config.pbtxt`, `serve.sh --set`).
@@ -167,6 +213,7 @@ class EngineConfig:
         values: dict[str, Any] = {}
         for raw_name, raw_value in params.items():
             name = raw_name.removeprefix("tt.")
+            name = _ALIASES.get(name, name)
             if name not in known:
                 raise ValueError(f"unknown engine option {raw_name!r}; known options: "
                                  f"{', '.join(sorted(known))}")
@@ -206,6 +253,13 @@ class EngineConfig:
             _check_unchunked_budget(self.max_num_batched_tokens, max_len)
         return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks,
                                    enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked)
+
+
+def check_tt_block_size(block_size: int) -> None:
+    if block_size % TT_BLOCK_MULTIPLE:
+        raise ValueError(f"block_size={block_size} on a Tenstorrent device: the paged KV cache is laid "
+                         f"out in 32x32 tiles, so block_size must be a multiple of {TT_BLOCK_MULTIPLE} "
+                         "(tt-metal's models use 32 or 64); set block_size=32 or 64")
 
 
 def _check_unchunked_budget(max_num_batched_tokens: int, max_model_len: int) -> None:

@@ -62,5 +62,6 @@ def test_tensor_parallel_size_fails_the_load_with_its_message(tmp_path: Path) ->
     log = srv.log_text()
     assert proc.returncode != 0
     assert "tensor_parallel_size=2 is not supported" in log
-    assert "use the mesh shape (`mesh_device`) instead of tensor_parallel_size" in log
+    assert "set MESH_DEVICE (the mesh_device option or the env MESH_DEVICE, e.g. N300, T3K or 1x8) " \
+        "instead of tensor_parallel_size" in log
     assert "failed to load 'tt_llm'" in log

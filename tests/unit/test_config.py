@@ -16,7 +16,7 @@ def test_parameters_parse_by_field_type() -> None:
 
 @pytest.mark.parametrize("params, message", [
     ({"bogus": "1"}, "unknown engine option 'bogus'"),
-    ({"tensor_parallel_size": "2"}, "use the mesh shape (`mesh_device`)"),
+    ({"tensor_parallel_size": "2"}, "set MESH_DEVICE (the mesh_device option or the env MESH_DEVICE"),
     ({"pipeline_parallel_size": "4"}, "pipeline_parallel_size=4 is not supported"),
     ({"dtype": "int8"}, "dtype='int8' is not one of auto, bfloat16, float32, float16"),
     ({"max_num_seqs": "x"}, "max_num_seqs='x' is not an integer"),

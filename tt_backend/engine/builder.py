@@ -10,6 +10,7 @@ import torch
 from tt_backend.config import EngineConfig
 from tt_backend.devices.compute_plan import ComputePlan
 from tt_backend.devices.torch_device import TorchDevice, select_device
+from tt_backend.devices.tt_mesh import tt_device_count
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
@@ -41,8 +42,24 @@ def import_processor_modules(names: str) -> None:
             raise ValueError(f"logits_processor_modules: cannot import {name!r} ({exc})") from None
 
 
+def uses_tt(config: EngineConfig) -> bool:
+    """Whether the engine runs on a Tenstorrent mesh: device=tt, or auto when ttnn imports and
+    reports a device."""
+    if config.device == "tt":
+        return True
+    if config.device != "auto":
+        return False
+    found = tt_device_count()
+    logger.info("device=auto: %s", f"ttnn reports {found} Tenstorrent chip(s)" if found
+                else "no Tenstorrent device (ttnn missing or sees none); torch")
+    return found > 0
+
+
 def build_engine(config: EngineConfig) -> LLMEngine:
     import_processor_modules(config.logits_processor_modules)
+    if uses_tt(config):
+        from tt_backend.engine.tt_builder import build_tt_engine
+        return build_tt_engine(config)
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
     plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels)

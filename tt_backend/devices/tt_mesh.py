@@ -1,0 +1,129 @@
+"""The Tenstorrent mesh: ttnn imported lazily, a mesh device opened from `MeshOptions`, and closed
+in tt-metal's order.
+
+    set_fabric_config(fabric) ─▶ open_mesh_device(shape, l1_small_size, trace_region_size,
+                                 num_command_queues, dispatch_core_config, worker_l1_size)
+    ... the generator splits it into its data-parallel submeshes (create_submeshes) ...
+    close: synchronize ─▶ close each submesh ─▶ close the mesh ─▶ set_fabric_config(DISABLED)
+
+ttnn is typed `Any` here: it is absent on most machines (no wheel for Python 3.11), so nothing
+imports it at module level and mypy never needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+from typing import Any
+
+from tt_backend.mesh_options import MeshOptions, submesh_shape
+
+logger = logging.getLogger(__name__)
+
+TTNN_MISSING = ("device=tt needs ttnn, tt-metal's Python package (pip install ttnn, Python 3.10 or "
+                "3.12; see the README's Tenstorrent section), and it does not import here")
+
+
+def import_ttnn() -> Any:
+    """The ttnn module, or a ValueError that says how to get it."""
+    try:
+        return importlib.import_module("ttnn")
+    except ImportError as exc:
+        raise ValueError(f"{TTNN_MISSING}: {exc}") from None
+
+
+def tt_device_count() -> int:
+    """The Tenstorrent chips ttnn reports; 0 when ttnn is not installed or sees none (device=auto)."""
+    if importlib.util.find_spec("ttnn") is None:
+        return 0
+    try:
+        return int(import_ttnn().get_num_devices())
+    except Exception as exc:  # noqa: BLE001 (auto falls back to torch; say why)
+        logger.info("device=auto: ttnn is installed but reports no device (%s: %s)", type(exc).__name__, exc)
+        return 0
+
+
+class TTMesh:
+    """An open mesh device. The generator may split it into submeshes; `close` closes those first."""
+
+    def __init__(self, ttnn: Any, mesh: Any, shape: tuple[int, int], fabric: str) -> None:
+        self.ttnn = ttnn
+        self.mesh = mesh
+        self.shape = shape
+        self.fabric = fabric
+        self.events: list[str] = []
+        """What close did, in order (tests read it)."""
+        self._closed = False
+
+    @classmethod
+    def open(cls, options: MeshOptions) -> TTMesh:
+        """Check the options against the chips ttnn sees, set the fabric, open the mesh. A failure
+        after the fabric is set resets it before the error propagates."""
+        ttnn = import_ttnn()
+        available = int(ttnn.get_num_devices())
+        if available < 1:
+            raise ValueError("device=tt: ttnn reports no Tenstorrent device")
+        shape = options.shape or (1, available)
+        rows, cols = shape
+        if rows * cols > available:
+            raise ValueError(f"MESH_DEVICE={rows}x{cols} needs {rows * cols} chips, but ttnn sees "
+                             f"{available}; set MESH_DEVICE (option mesh_device) to the mesh of this machine")
+        submesh_shape(shape, options.data_parallel)
+        fabric = options.fabric_for(rows * cols)
+        kwargs: dict[str, Any] = {"trace_region_size": options.trace_region_size,
+                                  "num_command_queues": options.num_command_queues}
+        if options.l1_small_size is not None:
+            kwargs["l1_small_size"] = options.l1_small_size
+        if options.worker_l1_size is not None:
+            kwargs["worker_l1_size"] = options.worker_l1_size
+        if options.dispatch_core_axis != "auto":
+            axis = getattr(ttnn.DispatchCoreAxis, options.dispatch_core_axis.upper())
+            kwargs["dispatch_core_config"] = ttnn.DispatchCoreConfig(axis=axis)
+        if fabric != "DISABLED":
+            ttnn.set_fabric_config(getattr(ttnn.FabricConfig, fabric))
+        try:
+            mesh = ttnn.open_mesh_device(ttnn.MeshShape(rows, cols), **kwargs)
+        except BaseException:
+            if fabric != "DISABLED":
+                ttnn.set_fabric_config(ttnn.FabricConfig.DISABLED)
+            raise
+        logger.info("tt: opened a %dx%d mesh of %d chip(s) (fabric %s, %s)", rows, cols,
+                    mesh.get_num_devices(), fabric, ", ".join(f"{k}={v}" for k, v in kwargs.items()))
+        return cls(ttnn, mesh, shape, fabric)
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.mesh.get_num_devices())
+
+    def submeshes(self) -> list[Any]:
+        """The submeshes split from this mesh so far (the generator's data-parallel lanes)."""
+        return list(self.mesh.get_submeshes())
+
+    def synchronize(self) -> None:
+        self.ttnn.synchronize_device(self.mesh)
+
+    def close(self) -> None:
+        """Synchronize, close the submeshes, the mesh, then reset the fabric. Idempotent; each step
+        runs even when an earlier one failed, and the first failure is raised at the end."""
+        if self._closed:
+            return
+        self._closed = True
+        ttnn = self.ttnn
+        steps: list[tuple[str, Any]] = [("synchronize", self.synchronize)]
+        steps += [(f"submesh{i}", lambda s=sub: ttnn.close_mesh_device(s))
+                  for i, sub in enumerate(self.submeshes())]
+        steps.append(("mesh", lambda: ttnn.close_mesh_device(self.mesh)))
+        if self.fabric != "DISABLED":
+            steps.append(("fabric", lambda: ttnn.set_fabric_config(ttnn.FabricConfig.DISABLED)))
+        first: BaseException | None = None
+        for name, step in steps:
+            try:
+                step()
+                self.events.append(name)
+            except Exception as exc:  # keep closing: later steps must still run
+                logger.warning("tt: closing the mesh, %s failed: %r", name, exc)
+                self.events.append(f"{name}:failed")
+                first = first or exc
+        if first is not None:
+            raise first

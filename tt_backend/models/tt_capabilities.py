@@ -1,0 +1,51 @@
+"""A tt-metal generator's declarations mapped onto our `ModelCapabilities`.
+
+A generator class declares a `model_capabilities` dict (tt-metal: `{"supports_prefix_caching":
+True}`); what it takes is read from its method signatures: `initialize_vllm_model(...,
+tt_data_parallel)` runs every data-parallel submesh in one program (single-execute), and a
+`decode_forward(..., sampling_params)` samples on the device. Keys we do not know are logged, not
+guessed at.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+from tt_backend.models.capabilities import ModelCapabilities
+
+logger = logging.getLogger(__name__)
+
+# model_capabilities key -> our field
+_KEYS = {
+    "supports_prefix_caching": "prefix_caching",
+    "supports_chunked_prefill": "chunked_prefill",
+    "supports_async_decode": "async_decode",
+    "supports_device_sampling": "device_sampling",
+    "supports_single_execute": "single_execute",
+}
+
+
+def _takes(cls: type, method: str, parameter: str) -> bool:
+    function = getattr(cls, method, None)
+    if function is None:
+        return False
+    return parameter in inspect.signature(function).parameters
+
+
+def generator_capabilities(cls: type, max_prefill_batch: int) -> ModelCapabilities:
+    """What `cls` (a tt-metal generator class) supports, from its dict and its signatures."""
+    declared: dict[str, Any] = dict(getattr(cls, "model_capabilities", None) or {})
+    fields: dict[str, bool] = {
+        "single_execute": _takes(cls, "initialize_vllm_model", "tt_data_parallel"),
+        "device_sampling": _takes(cls, "decode_forward", "sampling_params"),
+    }
+    for key, value in declared.items():
+        if key in _KEYS:
+            fields[_KEYS[key]] = bool(value)
+        else:
+            logger.warning("%s.model_capabilities: unknown key %r=%r ignored (known: %s)", cls.__qualname__,
+                           key, value, ", ".join(sorted(_KEYS)))
+    # The generator's prefill takes a padded batch of prompts with their page tables.
+    return ModelCapabilities(batched_prefill=True, max_prefill_batch=max_prefill_batch, **fields)
