@@ -9,7 +9,7 @@ ROUTER_PORT ?= 9090
 ROUTER_POLICY ?= cache_aware
 CLUSTER_BASE_PORT ?= 8100
 
-.PHONY: setup test-deps serve serve-cluster test test-slow lint bench reliability
+.PHONY: setup test-deps serve serve-cluster test test-slow test-tt lint bench reliability
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,11 @@ serve-cluster: setup
 
 test: setup test-deps
 	$(PY) -m pytest -q -m "not slow"
+
+# The Tenstorrent tier: ttnn on mock Wormhole devices, in .venv-tt (Python 3.12; see scripts/setup_tt.sh).
+test-tt:
+	@bash scripts/setup_tt.sh
+	.venv-tt/bin/python -m pytest -q -p no:cacheprovider tests/tt
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow

@@ -1,0 +1,107 @@
+"""Scenarios the Tenstorrent tier runs, one per subprocess (see mock_device.py): each opens ttnn's
+mock devices through the backend's own code and prints what it observed as one JSON line.
+
+    python tests/tt/scenarios.py NAME '{"params": {...}}'
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import ttnn
+
+from tt_backend.config import EngineConfig
+from tt_backend.devices.tt_mesh import TTMesh, tt_device_count
+from tt_backend.engine.builder import build_engine, uses_tt
+from tt_backend.engine.tt_builder import load_tt_model
+from tt_backend.mesh_options import MeshOptions
+
+MARK = "SCENARIO-RESULT "
+
+
+def _config(params: dict[str, str]) -> EngineConfig:
+    return EngineConfig.from_parameters(params)
+
+
+def _open(config: EngineConfig) -> TTMesh:
+    return TTMesh.open(config.mesh_options(MeshOptions.shape_from(config.mesh_device)))
+
+
+def _fabric() -> str:
+    return str(ttnn.get_fabric_config()).removeprefix("FabricConfig.")
+
+
+def _reopens() -> bool:
+    """Whether a plain mesh opens and closes again (nothing was left open)."""
+    mesh = _open(EngineConfig(device="tt", block_size=32))
+    mesh.close()
+    return mesh.events[-1] in ("mesh", "fabric")
+
+
+def mesh(params: dict[str, str]) -> dict[str, Any]:
+    opened = _open(_config(params))
+    seen = {"num_devices": opened.num_devices, "shape": list(opened.mesh.shape), "fabric_open": _fabric()}
+    opened.close()
+    return {**seen, "events": opened.events, "fabric_closed": _fabric(), "reopens": _reopens()}
+
+
+def open_fails(params: dict[str, str], reopen: bool = True) -> dict[str, Any]:
+    try:
+        _open(_config(params))
+    except (RuntimeError, ValueError) as exc:
+        return {"error": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else "",
+                "full": str(exc)[:2000], "fabric_after": _fabric(), "reopens": _reopens() if reopen else None}
+    return {"error": None}
+
+
+def load(params: dict[str, str]) -> dict[str, Any]:
+    loaded = load_tt_model(_config(params))
+    generator, kv = loaded.generator, loaded.kv
+    first_k = kv.lane(0)[0][0]
+    seen = {
+        "architecture": loaded.architecture, "generator": type(generator).__name__,
+        "single_execute": loaded.capabilities.single_execute,
+        "prefix_caching": loaded.capabilities.prefix_caching,
+        "submeshes": [list(s.shape) for s in generator.submeshes],
+        "mesh_submeshes": len(loaded.mesh.submeshes()),
+        "lanes": len(kv.caches), "layers": [len(region) for region in kv.caches],
+        "kv_shape": list(first_k.shape), "kv_dtype": str(first_k.dtype), "kv_layout": str(first_k.layout),
+        "kv_buffer": str(first_k.memory_config().buffer_type),
+        "kv_devices": [region[0][0].device().get_num_devices() for region in kv.caches],
+        "num_kv_blocks": loaded.config.num_kv_blocks, "max_num_seqs": generator.max_batch_size,
+    }
+    loaded.close()
+    return {**seen, "cleanup": loaded.cleanup_log.events, "mesh_events": loaded.mesh.events,
+            "fabric_closed": _fabric(), "reopens": _reopens()}
+
+
+def load_fails(params: dict[str, str]) -> dict[str, Any]:
+    try:
+        build_engine(_config(params))
+    except (ValueError, RuntimeError) as exc:
+        return {"error": type(exc).__name__, "message": str(exc), "fabric_after": _fabric(),
+                "reopens": _reopens()}
+    return {"error": None}
+
+
+def config_fails(params: dict[str, str]) -> dict[str, Any]:
+    try:
+        _config(params)
+    except ValueError as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+    return {"error": None}
+
+
+def auto(params: dict[str, str]) -> dict[str, Any]:
+    return {"uses_tt": uses_tt(_config(params)), "device_count": tt_device_count()}
+
+
+SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
+    f.__name__: f for f in (mesh, open_fails, load, load_fails, config_fails, auto)}
+
+if __name__ == "__main__":
+    result = SCENARIOS[sys.argv[1]](**json.loads(sys.argv[2]))
+    print(MARK + json.dumps(result), flush=True)
