@@ -87,6 +87,42 @@ def load_fails(params: dict[str, str]) -> dict[str, Any]:
     return {"error": None}
 
 
+def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int) -> dict[str, Any]:
+    """Serve each prompt alone, greedily, through the engine on the mesh; return the token ids."""
+    import threading
+
+    from tt_backend.engine.outputs import RequestOutput
+    from tt_backend.sampling.params import SamplingParams
+
+    llm = build_engine(_config(params))
+    llm.start()
+    outputs: list[list[int]] = []
+    try:
+        for i, ids in enumerate(prompts):
+            tokens: list[int] = []
+            done = threading.Event()
+
+            errors: list[str] = []
+
+            def on_output(out: RequestOutput, tokens: list[int] = tokens, done: threading.Event = done,
+                          errors: list[str] = errors) -> None:
+                tokens.extend(out.new_token_ids)
+                if out.error is not None:
+                    errors.append(out.error)
+                if out.finished or out.error is not None:
+                    done.set()
+            llm.add_request(f"r{i}", ids, SamplingParams(max_tokens=max_tokens, temperature=0.0), on_output)
+            assert done.wait(timeout=600), f"request r{i} did not finish"
+            assert not errors, errors[0]
+            outputs.append(tokens)
+    finally:
+        llm.shutdown()
+    runner: Any = llm.runner
+    return {"tokens": outputs, "eager_steps": runner.eager_steps, "traced_steps": runner.traced_steps,
+            "cleanup": runner.cleanup_log.events, "fabric_closed": _fabric(), "reopens": _reopens(),
+            "cache_dtype": llm.cache_info.dtype}
+
+
 def config_fails(params: dict[str, str]) -> dict[str, Any]:
     try:
         _config(params)
@@ -100,7 +136,7 @@ def auto(params: dict[str, str]) -> dict[str, Any]:
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
-    f.__name__: f for f in (mesh, open_fails, load, load_fails, config_fails, auto)}
+    f.__name__: f for f in (mesh, open_fails, load, load_fails, engine, config_fails, auto)}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](**json.loads(sys.argv[2]))

@@ -11,8 +11,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "tt_backend"
 
 # Top to bottom; a module may import its own part and any part below it.
+# mesh_options: the Tenstorrent mesh options as values, config.py's companion (config validates them)
 LAYERS = ["openai_front", "triton", "engine", "scheduler", "runtime", "sampling", "models", "devices", "text",
-          "config", "contract"]
+          "config", "mesh_options", "contract"]
 
 
 def _part(module: str) -> str:

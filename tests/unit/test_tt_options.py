@@ -115,7 +115,17 @@ class _Generator:
     def initialize_vllm_model(cls, hf_config: object, mesh_device: object, max_batch_size: int,
                               max_seq_len: int, tt_data_parallel: int = 1) -> None: ...
 
+    def prefill_forward(self, *args: object, **kwargs: object) -> None: ...
+
+    def prefill_forward_text(self, tokens: object, page_table: object, kv_cache: object,
+                             prompt_lens: object, start_pos: object = None) -> None: ...
+
     def decode_forward(self, tokens: object, start_pos: object, sampling_params: object = None) -> None: ...
+
+
+class _NoStartPosGenerator(_Generator):
+    def prefill_forward_text(self, tokens: object, page_table: object, kv_cache: object,
+                             prompt_lens: object) -> None: ...
 
 
 class _PlainGenerator:
@@ -131,5 +141,7 @@ def test_generator_capabilities_map_onto_ours(caplog: pytest.LogCaptureFixture) 
     assert (caps.chunked_prefill, caps.async_decode, caps.batched_prefill, caps.max_prefill_batch) == \
         (False, False, True, 32)
     assert "unknown key 'supports_flux_capacitor'=True ignored" in caplog.text
+    # prefix caching declared, but a prefill that cannot start past the cached prefix: off
+    assert not generator_capabilities(_NoStartPosGenerator, 32).prefix_caching
     plain = generator_capabilities(_PlainGenerator, 8)
     assert (plain.prefix_caching, plain.single_execute, plain.device_sampling) == (False, False, False)

@@ -24,7 +24,7 @@ from tt_backend.engine.output_processor import OutputCallback, OutputProcessor
 from tt_backend.engine.pipeline import StepPipeline
 from tt_backend.engine.stats import CacheInfo
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
-from tt_backend.runtime.runner import ModelRunner
+from tt_backend.runtime.step_runner import StepRunner
 from tt_backend.sampling.grammar import GrammarBackend
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.sampling.processors import lookup
@@ -51,7 +51,7 @@ class _Abort:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, scheduler_config: SchedulerConfig, runner: ModelRunner,
+    def __init__(self, config: EngineConfig, scheduler_config: SchedulerConfig, runner: StepRunner,
                  tokenizer: Tokenizer, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         assert config.max_model_len is not None, "resolve the config for the model first"
         self.config = config
@@ -76,9 +76,8 @@ class LLMEngine:
 
     @property
     def cache_info(self) -> CacheInfo:
-        kv = self.runner.kv.config
         return CacheInfo(self.scheduler.config.block_size, self.scheduler.config.num_blocks,
-                         str(kv.dtype).removeprefix("torch."), self.scheduler.config.enable_prefix_caching)
+                         self.runner.cache_dtype, self.scheduler.config.enable_prefix_caching)
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,

@@ -20,7 +20,7 @@ from tt_backend.contract.modes import StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
 from tt_backend.engine.output_processor import LiveRequest, tokens_left
 from tt_backend.engine.step_sampling import plan_sampling, samples_on_device
-from tt_backend.runtime.runner import ModelRunner
+from tt_backend.runtime.step_runner import StepRunner
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.scheduled_step import ScheduledStep
 
@@ -45,7 +45,7 @@ class _InFlight:
 
 
 class StepPipeline:
-    def __init__(self, scheduler: LaneCoordinator, runner: ModelRunner, live: Mapping[str, LiveRequest],
+    def __init__(self, scheduler: LaneCoordinator, runner: StepRunner, live: Mapping[str, LiveRequest],
                  async_scheduling: bool, max_model_len: int) -> None:
         self.scheduler = scheduler
         self.runner = runner

@@ -21,13 +21,18 @@ import torch
 from tt_backend.config import EngineConfig, check_tt_block_size
 from tt_backend.devices.tt_kv_layout import TTKVGeometry, deallocate_layer_caches
 from tt_backend.devices.tt_mesh import TTMesh, import_ttnn
+from tt_backend.engine.builder import scheduler_config
+from tt_backend.engine.engine import LLMEngine
 from tt_backend.mesh_options import MeshOptions
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.registry import build_registry
-from tt_backend.models.tt_capabilities import generator_capabilities
+from tt_backend.models.tt_capabilities import generator_capabilities, takes_start_pos
+from tt_backend.runtime.config import TraceConfig
+from tt_backend.runtime.generator_runner import GeneratorRunner
 from tt_backend.runtime.resources import CleanupError, CleanupLog
 from tt_backend.runtime.tt_kv_cache import TTPagedKVCache
+from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -108,12 +113,40 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
     return TTLoadedModel(config, entry.arch, generator, caps, mesh, kv, CleanupLog())
 
 
-def build_tt_engine(config: EngineConfig) -> Any:
-    """The engine on a Tenstorrent mesh. Not complete: the load path runs (and its failures are
-    the real ones), but the generator runner that would serve steps over it is not written yet,
-    so the load stops there, with the device closed."""
+
+def build_tt_engine(config: EngineConfig) -> LLMEngine:
+    """The engine over a tt-metal generator on a Tenstorrent mesh: one lane (data_parallel_size
+    above 1 loads its submeshes, but this runner serves one lane), tokens sampled on the host."""
+    if config.data_parallel_size > 1:
+        raise ValueError(f"data_parallel_size={config.data_parallel_size} on device=tt: the generator runner "
+                         "serves one lane in this version; serve one lane per Triton model instance")
+    if config.async_scheduling:
+        raise ValueError("async_scheduling=true on device=tt: the generator runner reads every step's "
+                         "outputs before the next (no async decode yet)")
     loaded = load_tt_model(config)
-    loaded.close()
-    raise NotImplementedError(
-        f"device=tt: {loaded.architecture} loaded on the mesh with its KV cache, but serving on Tenstorrent "
-        "needs the generator runner, which this version does not have yet; use device=cpu or cuda")
+    try:
+        return _engine_over(loaded)
+    except BaseException:
+        loaded.close()
+        raise
+
+
+def _engine_over(loaded: TTLoadedModel) -> LLMEngine:
+    config = loaded.config
+    assert config.num_kv_blocks is not None and config.max_model_len is not None
+    trace = TraceConfig.resolve(config.trace_mode, "tt")
+    runner = GeneratorRunner(loaded.mesh.ttnn, loaded.generator, loaded.kv, sink_block=config.num_kv_blocks,
+                             table_width=-(-config.max_model_len // config.block_size),
+                             decode_capacity=config.max_num_seqs, enable_trace=trace.decode,
+                             takes_start_pos=takes_start_pos(type(loaded.generator)),
+                             close_device=loaded.mesh.close)
+    model_dir = resolve_model_dir(config.model)
+    tokenizer = load_tokenizer(model_dir)
+    logger.info("engine: %s on a %dx%d Tenstorrent mesh; max_model_len=%d, %d KV blocks of %d (%s), decode "
+                "capacity %d, prefix caching %s, decode trace %s, host sampling", loaded.architecture,
+                *loaded.mesh.shape, config.max_model_len, config.num_kv_blocks, config.block_size,
+                runner.cache_dtype, runner.decode_capacity, "on" if config.enable_prefix_caching else "off",
+                "on" if trace.decode else "off")
+    vocab = hf_model_config(model_dir).vocab_size
+    return LLMEngine(config, scheduler_config(config), runner, tokenizer, vocab,
+                     eos_token_ids(model_dir, tokenizer.eos_token_id))

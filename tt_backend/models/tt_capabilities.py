@@ -28,10 +28,18 @@ _KEYS = {
 
 
 def _takes(cls: type, method: str, parameter: str) -> bool:
-    function = getattr(cls, method, None)
-    if function is None:
-        return False
-    return parameter in inspect.signature(function).parameters
+    """Whether `method` takes `parameter`, directly or through the `*_text` method it forwards
+    to (tt-metal's `decode_forward(*args, **kwargs)` calls `decode_forward_text`)."""
+    for name in (method, f"{method}_text"):
+        function = getattr(cls, name, None)
+        if function is not None and parameter in inspect.signature(function).parameters:
+            return True
+    return False
+
+
+def takes_start_pos(cls: type) -> bool:
+    """A prefill that starts past a cached prefix (prefix caching) needs `start_pos`."""
+    return _takes(cls, "prefill_forward", "start_pos")
 
 
 def generator_capabilities(cls: type, max_prefill_batch: int) -> ModelCapabilities:
@@ -47,5 +55,9 @@ def generator_capabilities(cls: type, max_prefill_batch: int) -> ModelCapabiliti
         else:
             logger.warning("%s.model_capabilities: unknown key %r=%r ignored (known: %s)", cls.__qualname__,
                            key, value, ", ".join(sorted(_KEYS)))
+    if fields.get("prefix_caching") and not takes_start_pos(cls):
+        logger.info("%s declares prefix caching, but its prefill_forward takes no start_pos: off",
+                    cls.__qualname__)
+        fields["prefix_caching"] = False
     # The generator's prefill takes a padded batch of prompts with their page tables.
     return ModelCapabilities(batched_prefill=True, max_prefill_batch=max_prefill_batch, **fields)

@@ -60,6 +60,10 @@ class ModelRunner:
         self.traced_steps = 0
         self._closed = False
 
+    @property
+    def cache_dtype(self) -> str:
+        return str(self.kv.config.dtype).removeprefix("torch.")
+
     # ---- construction-time decisions ----------------------------------------------------------
     def configure_capacity(self, num_blocks: int) -> PageTableLayout:
         """Set the physical KV capacity before allocation; shrinks the geometry, keeps the model."""
