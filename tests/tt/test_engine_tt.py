@@ -26,5 +26,5 @@ def test_engine_on_n150_matches_hf_greedy_on_the_four_chat_prompts(chat_ids: Any
     assert seen["traced_steps"] == sum(len(tokens) - 1 for tokens in seen["tokens"])
     assert all(0 < len(tokens) <= MAX_TOKENS for tokens in seen["tokens"])
     assert seen["cache_dtype"] == "bfloat8_b"
-    assert seen["cleanup"] == ["kv_cache", "device"]
+    assert seen["cleanup"] == ["kv_cache", "generator", "device"]
     assert (seen["fabric_closed"], seen["reopens"]) == ("DISABLED", True)

@@ -125,5 +125,6 @@ class TTMesh:
                 logger.warning("tt: closing the mesh, %s failed: %r", name, exc)
                 self.events.append(f"{name}:failed")
                 first = first or exc
+        self.mesh = None  # the handle is closed; nothing may use it
         if first is not None:
             raise first

@@ -17,6 +17,7 @@ block. Tokens are chosen on the host (the generator's device sampling is not wir
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -127,6 +128,13 @@ class GeneratorRunner:
         return 0  # every step's outputs are read before run_and_sample returns
 
     # ---- cleanup -----------------------------------------------------------------------------
+    def _drop_generator(self) -> None:
+        """Free the generator's device objects (its model, submesh handles) while the mesh is still
+        open: ttnn objects left to the interpreter's exit outlive the device (the Python backend's
+        stub crashed in its final garbage collection with them)."""
+        self.generator = None
+        gc.collect()
+
     def close(self) -> None:
         """Terminal first, then the KV cache, then the device (submeshes, mesh, fabric)."""
         self._closed = True
@@ -134,6 +142,7 @@ class GeneratorRunner:
         log.retry_orphans()
         if not log.events:
             log.release("kv_cache", self.kv.release)
+            log.release("generator", self._drop_generator)
             log.release("device", self._close_device)
         if log.orphans:
             raise CleanupError(list(log.orphans))
