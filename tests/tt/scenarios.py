@@ -123,6 +123,39 @@ def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int) ->
             "cache_dtype": llm.cache_info.dtype}
 
 
+def paged_ops(params: dict[str, str]) -> dict[str, Any]:
+    """The paged ops at every shape the generator runner plans for this config, on the cache the
+    load path allocated: decode at the fixed capacity with the full page-table width (live rows at
+    the last position, padding rows at -1), and paged_fill_cache at every tile-padded prompt length
+    up to max_model_len, from the first block and from a cached prefix of one block."""
+    import torch
+
+    from tt_backend.devices.tt_paged_ops import decode_step, fill_row
+
+    loaded = load_tt_model(_config(params))
+    try:
+        config, kv = loaded.config, loaded.kv
+        assert config.max_model_len is not None and config.num_kv_blocks is not None
+        g, device, caches = kv.geometry, loaded.generator.submeshes[0], kv.lane(0)
+        heads = loaded.generator.num_heads
+        width = -(-config.max_model_len // config.block_size)
+        capacity = config.max_num_seqs
+        table = torch.arange(capacity * width).reshape(capacity, width) % config.num_kv_blocks
+        positions = torch.full((capacity,), config.max_model_len - 1)
+        positions[capacity // 2:] = -1
+        out = decode_step(ttnn, device, caches, table, positions, heads, g.num_kv_heads, g.head_dim)
+        lengths = list(range(32, config.max_model_len + 1, 32))
+        for length in lengths:
+            fill_row(ttnn, device, caches, table[:1], length, g.num_kv_heads, g.head_dim)
+            if length + config.block_size <= config.max_model_len:
+                fill_row(ttnn, device, caches, table[:1, 1:], length, g.num_kv_heads, g.head_dim)
+        ttnn.synchronize_device(device)
+        seen = {"decode": [capacity, width], "sdpa_out": list(out.shape), "prefill_lengths": lengths}
+    finally:
+        loaded.close()
+    return seen
+
+
 def config_fails(params: dict[str, str]) -> dict[str, Any]:
     try:
         _config(params)
@@ -136,7 +169,7 @@ def auto(params: dict[str, str]) -> dict[str, Any]:
 
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
-    f.__name__: f for f in (mesh, open_fails, load, load_fails, engine, config_fails, auto)}
+    f.__name__: f for f in (mesh, open_fails, load, load_fails, engine, paged_ops, config_fails, auto)}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](**json.loads(sys.argv[2]))
