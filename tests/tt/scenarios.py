@@ -87,40 +87,51 @@ def load_fails(params: dict[str, str]) -> dict[str, Any]:
     return {"error": None}
 
 
-def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int) -> dict[str, Any]:
-    """Serve each prompt alone, greedily, through the engine on the mesh; return the token ids."""
+def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int,
+           concurrent: bool = False) -> dict[str, Any]:
+    """Serve the prompts greedily through the engine on the mesh, one after another or all at
+    once; return their token ids and the most rows a decode step held."""
     import threading
 
     from tt_backend.engine.outputs import RequestOutput
     from tt_backend.sampling.params import SamplingParams
 
     llm = build_engine(_config(params))
+    runner: Any = llm.runner
+    decode, rows_seen = runner.decode, [0]
+
+    def counting_decode(rows: list[Any]) -> Any:
+        rows_seen[0] = max(rows_seen[0], len(rows))
+        return decode(rows)
+    runner.decode = counting_decode
+    outputs: list[list[int]] = [[] for _ in prompts]
+    errors: list[str] = []
+    done = [threading.Event() for _ in prompts]
+
+    def collect(i: int) -> Any:
+        def on_output(out: RequestOutput) -> None:
+            outputs[i].extend(out.new_token_ids)
+            if out.error is not None:
+                errors.append(out.error)
+            if out.finished or out.error is not None:
+                done[i].set()
+        return on_output
+
+    greedy = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     llm.start()
-    outputs: list[list[int]] = []
     try:
         for i, ids in enumerate(prompts):
-            tokens: list[int] = []
-            done = threading.Event()
-
-            errors: list[str] = []
-
-            def on_output(out: RequestOutput, tokens: list[int] = tokens, done: threading.Event = done,
-                          errors: list[str] = errors) -> None:
-                tokens.extend(out.new_token_ids)
-                if out.error is not None:
-                    errors.append(out.error)
-                if out.finished or out.error is not None:
-                    done.set()
-            llm.add_request(f"r{i}", ids, SamplingParams(max_tokens=max_tokens, temperature=0.0), on_output)
-            assert done.wait(timeout=600), f"request r{i} did not finish"
-            assert not errors, errors[0]
-            outputs.append(tokens)
+            llm.add_request(f"r{i}", ids, greedy, collect(i))
+            if not concurrent:
+                assert done[i].wait(timeout=600), f"request r{i} did not finish"
+        for i, event in enumerate(done):
+            assert event.wait(timeout=600), f"request r{i} did not finish"
+        assert not errors, errors[0]
     finally:
         llm.shutdown()
-    runner: Any = llm.runner
-    return {"tokens": outputs, "eager_steps": runner.eager_steps, "traced_steps": runner.traced_steps,
-            "cleanup": runner.cleanup_log.events, "fabric_closed": _fabric(), "reopens": _reopens(),
-            "cache_dtype": llm.cache_info.dtype}
+    return {"tokens": outputs, "max_decode_rows": rows_seen[0], "eager_steps": runner.eager_steps,
+            "traced_steps": runner.traced_steps, "cleanup": runner.cleanup_log.events,
+            "fabric_closed": _fabric(), "reopens": _reopens(), "cache_dtype": llm.cache_info.dtype}
 
 
 def paged_ops(params: dict[str, str]) -> dict[str, Any]:

@@ -27,4 +27,16 @@ def test_engine_on_n150_matches_hf_greedy_on_the_four_chat_prompts(chat_ids: Any
     assert all(0 < len(tokens) <= MAX_TOKENS for tokens in seen["tokens"])
     assert seen["cache_dtype"] == "bfloat8_b"
     assert seen["cleanup"] == ["kv_cache", "generator", "device"]
+    assert seen["max_decode_rows"] == 1
     assert (seen["fabric_closed"], seen["reopens"]) == ("DISABLED", True)
+
+
+def test_concurrent_requests_decode_in_their_own_slots(chat_ids: Any, hf_greedy: Any) -> None:
+    # All four at once: decode steps carry several live rows (slots, positions and page tables
+    # side by side); the reference computes each row alone, so each must still be HF's answer.
+    prompts = [chat_ids(p) for p in CHAT_PROMPTS]
+    seen = run_scenario("engine", "n150", timeout=900, params=TT, prompts=prompts, max_tokens=MAX_TOKENS,
+                        concurrent=True)
+    for ids, tokens in zip(prompts, seen["tokens"], strict=True):
+        assert tokens == hf_greedy(tuple(ids), MAX_TOKENS)
+    assert seen["max_decode_rows"] == 4

@@ -11,8 +11,9 @@ the KV cache's handle (TTPagedKVCache) and the output reads:
              ─▶ process_decode_output_host ─▶ logits [C, 1, V] ─▶ host sampling of the live rows
 
 Decode runs at one fixed capacity (the generator's max batch: its traces are captured for it),
-not at power-of-two buckets; rows beyond the live ones are padding that writes only the sink
-block. Tokens are chosen on the host (the generator's device sampling is not wired yet).
+not at power-of-two buckets; rows beyond the live ones are padding, at position -1 (tt-metal's
+mark of an inactive row) over a page table of sink blocks. Tokens are chosen on the host (the
+generator's device sampling is not wired yet).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class GeneratorRunner:
         capacity = self.decode_capacity
         assert len(rows) <= capacity, (len(rows), capacity)
         tokens = torch.zeros((capacity, 1), dtype=torch.int64)
-        start_pos = torch.zeros(capacity, dtype=torch.int64)
+        start_pos = torch.full((capacity,), -1, dtype=torch.int64)  # -1: a padding row (skipped)
         for i, row in enumerate(rows):
             tokens[i, 0] = row.token_ids[0]
             start_pos[i] = row.start_position

@@ -72,16 +72,19 @@ class TTLlamaForCausalLM:
     # ---- host compute ------------------------------------------------------------------------
     def _host_logits(self, tokens: torch.Tensor, starts: list[int], lengths: list[int],
                      page_table: torch.Tensor, decode: bool) -> torch.Tensor:
+        """Logits [rows, vocab] of each row's last token, one row at a time (so which rows share a
+        step never changes a row's arithmetic)."""
+        return torch.cat([self._row_logits(tokens[i, :lengths[i]], starts[i], page_table[i], decode)
+                          for i in range(len(lengths))])
+
+    def _row_logits(self, tokens: torch.Tensor, start: int, table: torch.Tensor,
+                    decode: bool) -> torch.Tensor:
         assert self.host_cache is not None, "allocate_kv_cache first"
-        block = self.host_cache.shape[3]
-        rows, width = tokens.shape
-        positions = torch.tensor(starts)[:, None] + torch.arange(width)[None, :]
-        table = page_table.long()
-        valid = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
-        blocks = table.gather(1, (positions // block).clamp(max=table.shape[1] - 1))
-        slots = torch.where(valid, blocks * block + positions % block, -1)
-        batch = ForwardBatch(tokens.long(), positions, slots, table,
-                             torch.tensor(starts) + torch.tensor(lengths), torch.tensor(lengths) - 1, decode)
+        block, length = self.host_cache.shape[3], tokens.shape[0]
+        positions = start + torch.arange(length)
+        slots = table.long()[positions // block] * block + positions % block
+        batch = ForwardBatch(tokens.long()[None], positions[None], slots[None], table.long()[None],
+                             torch.tensor([start + length]), torch.tensor([length - 1]), decode)
         with torch.inference_mode():
             logits: torch.Tensor = self.host_model(batch, self.host_cache)
         return logits
@@ -112,7 +115,7 @@ class TTLlamaForCausalLM:
                     self.spec.head_dim)
         live = [i for i in range(tokens.shape[0]) if int(start_pos[i]) >= 0]
         logits = torch.zeros(tokens.shape[0], self.spec.vocab_size)
-        if live:  # the live rows alone, so padding never changes their arithmetic
+        if live:
             index = torch.tensor(live)
             logits[index] = self._host_logits(tokens[index], start_pos[index].tolist(), [1] * len(live),
                                               page_table[index], True)
