@@ -78,9 +78,10 @@ def load(params: dict[str, str]) -> dict[str, Any]:
             "fabric_closed": _fabric(), "reopens": _reopens()}
 
 
-def load_fails(params: dict[str, str]) -> dict[str, Any]:
+def load_fails(params: dict[str, str], engine: bool = True) -> dict[str, Any]:
+    """The error of building the engine (or, with engine=False, of the load path alone)."""
     try:
-        build_engine(_config(params))
+        build_engine(_config(params)) if engine else load_tt_model(_config(params))
     except (ValueError, RuntimeError) as exc:
         return {"error": type(exc).__name__, "message": str(exc), "fabric_after": _fabric(),
                 "reopens": _reopens()}
