@@ -152,8 +152,13 @@ class TritonPythonModel:
         elif isinstance(item, EngineStats):
             self.metrics.update(item)
         elif isinstance(item, _EngineFailed):
-            # Every pending request already got its error (queued before this item). Exit the
-            # stub so Triton reports the instance unhealthy and starts a fresh one.
+            # A failed loop queued every pending request's error before this item; a hung step
+            # (the watchdog) queued none, so whatever is still live ends here. Then the stub
+            # exits: scripts/supervise.py sees it gone and restarts tritonserver (Triton itself
+            # would go on reporting ready while this model fails every request).
+            for live in self._live.values():
+                self._send_error(live.sender, f"engine failed: {item.error}")
+            self._live.clear()
             self.metrics.engine_failed()
             logger.critical("the engine failed (%r); exiting the model instance", item.error)
             os._exit(1)
