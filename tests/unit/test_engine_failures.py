@@ -147,10 +147,12 @@ def test_fault_injection_is_refused_without_the_test_environment(monkeypatch: py
         FaultSpec.parse("raise:decode:5")
     monkeypatch.setenv(ALLOW_ENV, "1")
     for bad in ("raise:decode", "explode:decode:5", "hang:sample:5", "raise:prefill:x"):
-        with pytest.raises(ValueError, match=r"is not <raise\|hang>:<prefill\|decode>:<token id>"):
+        with pytest.raises(ValueError, match=rf"fault_injection='{bad}': '{bad}' is not "
+                           r"<raise\|hang>:<prefill\|decode>:<token id>"):
             FaultSpec.parse(bad)
-    assert FaultSpec.parse("hang:prefill:7") == FaultSpec("hang", StepMode.PREFILL, 7)
-    assert FaultSpec.parse("") is None
+    assert FaultSpec.parse("hang:prefill:7, raise:decode:8") == (
+        FaultSpec("hang", StepMode.PREFILL, 7), FaultSpec("raise", StepMode.DECODE, 8))
+    assert FaultSpec.parse("") == ()
 
 
 @pytest.mark.parametrize("async_scheduling", [False, True])

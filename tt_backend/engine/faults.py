@@ -1,7 +1,8 @@
 """Fault injection for the reliability tests (`fault_injection`), refused unless the server's
 environment sets TT_BACKEND_ALLOW_FAULT_INJECTION=1.
 
-The option reads `<raise|hang>:<prefill|decode>:<token id>`: a step of that mode whose batch holds
+The option is a comma-separated list of `<raise|hang>:<prefill|decode>:<token id>`, each meaning: a
+step of that mode whose batch holds
 a request whose prompt starts with that token raises (as a failing device step would), or hangs
 until the engine shuts down (as a hung device would, for the step watchdog to find). Requests
 whose prompts start otherwise never meet it, so one server can run faulty and good requests side
@@ -33,40 +34,45 @@ class FaultSpec:
     trigger_token: int
 
     @classmethod
-    def parse(cls, text: str) -> FaultSpec | None:
-        """The spec of the `fault_injection` option; None for "" (off). ValueError names the option."""
+    def parse(cls, text: str) -> tuple[FaultSpec, ...]:
+        """The specs of the `fault_injection` option; () for "" (off). ValueError names the option."""
         if not text:
-            return None
+            return ()
         if os.environ.get(ALLOW_ENV) != "1":
             raise ValueError(f"fault_injection={text!r} is for reliability tests only: the server's "
                              f"environment must set {ALLOW_ENV}=1 to use it")
-        parts = text.split(":")
-        if len(parts) != 3 or parts[0] not in ("raise", "hang") or parts[1] not in ("prefill", "decode") \
-                or not parts[2].isdigit():
-            raise ValueError(f"fault_injection={text!r} is not <raise|hang>:<prefill|decode>:<token id>")
-        kind: FaultKind = "raise" if parts[0] == "raise" else "hang"
-        return cls(kind, StepMode(parts[1]), int(parts[2]))
+        specs = []
+        for item in text.split(","):
+            parts = item.strip().split(":")
+            if len(parts) != 3 or parts[0] not in ("raise", "hang") \
+                    or parts[1] not in ("prefill", "decode") or not parts[2].isdigit():
+                raise ValueError(f"fault_injection={text!r}: {item!r} is not "
+                                 "<raise|hang>:<prefill|decode>:<token id>")
+            kind: FaultKind = "raise" if parts[0] == "raise" else "hang"
+            specs.append(cls(kind, StepMode(parts[1]), int(parts[2])))
+        return tuple(specs)
 
 
 class FaultInjector:
-    """Applies a FaultSpec to the steps the pipeline runs."""
+    """Applies the FaultSpecs to the steps the pipeline runs."""
 
-    def __init__(self, spec: FaultSpec | None) -> None:
-        self.spec = spec
+    def __init__(self, specs: tuple[FaultSpec, ...] = ()) -> None:
+        self.specs = specs
         self._release = threading.Event()
         self.injected = 0
 
-    def hits(self, mode: StepMode, prompts: Iterable[tuple[int, ...]]) -> bool:
-        spec = self.spec
-        return spec is not None and mode is spec.mode and any(p[:1] == (spec.trigger_token,) for p in prompts)
+    def hit(self, mode: StepMode, prompts: Iterable[tuple[int, ...]]) -> FaultSpec | None:
+        """The first spec that hits a step of this mode over these prompts."""
+        firsts = {p[0] for p in prompts if p}
+        return next((s for s in self.specs if s.mode is mode and s.trigger_token in firsts), None)
 
     def apply(self, mode: StepMode, prompts: Iterable[tuple[int, ...]]) -> None:
-        """Inside the step: raise or hang if the spec hits this step."""
-        if not self.hits(mode, prompts):
+        """Inside the step: raise or hang if a spec hits this step."""
+        spec = self.hit(mode, prompts)
+        if spec is None:
             return
-        assert self.spec is not None
         self.injected += 1
-        if self.spec.kind == "raise":
+        if spec.kind == "raise":
             raise InjectedFault(f"injected fault in the {mode} step (fault_injection)")
         self._release.wait()
 

@@ -55,7 +55,7 @@ class StepPipeline:
         self.max_model_len = max_model_len
         self.decode_drains = 0
         self.host_sampling_steps = 0
-        self.faults = faults or FaultInjector(None)
+        self.faults = faults or FaultInjector()
         self.current: ScheduledStep | None = None
         """The step last handed to the runner or waited on (what a hung step is)."""
         self._inflight: deque[_InFlight] = deque()
@@ -133,7 +133,7 @@ class StepPipeline:
 
     def _faulty(self, step: ScheduledStep) -> bool:
         """Whether an injected fault hits the step (it then runs on the synchronous path)."""
-        return self.faults.spec is not None and self.faults.hits(step.mode, self._prompts(step))
+        return bool(self.faults.specs) and self.faults.hit(step.mode, self._prompts(step)) is not None
 
     def _sampling(self, step: ScheduledStep, ahead: int) -> SamplingPlan:
         """The step's sampling: on the device, or the host path when a row needs it. `ahead`: tokens
