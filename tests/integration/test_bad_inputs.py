@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import requests
 
-from tests.integration.bad_input_corpus import FRONT_CASES, TRITON_CASES, front_problem, triton_problem
-from tests.integration.clients import grpc_stream
+from tests.integration.bad_input_corpus import FRONT_CASES, TRITON_CASES, front_problem, i32, triton_problem
+from tests.integration.clients import grpc_stream, s
 from tests.integration.conftest import Server
 
 pytestmark = pytest.mark.integration
@@ -48,3 +48,20 @@ def test_bad_inputs_get_clear_errors_while_good_requests_run(server: Server, cha
     assert not problems, "\n".join(problems)
     assert [good[i] for i in range(len(good_inputs))] == alone
     assert requests.get(f"http://{server.http}/v2/health/ready", timeout=5).status_code == 200
+
+
+def test_prompts_stay_out_of_the_logs(server: Server) -> None:
+    """No prompt text in the server's log by default, from good or bad requests on every path."""
+    assert server.openai is not None
+    secret = "Zebra quartz umbrella 7319"
+    assert grpc_stream(server.grpc, "tt_llm", {"text_input": s(secret), "max_tokens": i32(2)}).error is None
+    assert grpc_stream(server.grpc, "ensemble", {"text_input": s(secret), "max_tokens": i32(2)}).error is None
+    assert "exceeds max_model_len" in str(grpc_stream(server.grpc, "tt_llm", {
+        "text_input": s(secret + " word" * 9000)}).error)
+    served = requests.get(f"{server.openai}/models", timeout=10).json()["data"][0]["id"]
+    chat = requests.post(f"{server.openai}/chat/completions", timeout=60, json={
+        "model": served, "messages": [{"role": "user", "content": secret}], "max_tokens": 2})
+    refused = requests.post(f"{server.openai}/completions", timeout=60, json={
+        "model": served, "prompt": secret, "temperature": -1})
+    assert (chat.status_code, refused.status_code) == (200, 400)
+    assert secret not in server.log_text()
