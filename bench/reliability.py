@@ -323,7 +323,7 @@ def scenario_faults(args: argparse.Namespace, tokenizer: Any) -> Row:
         for k in range(10):
             faulty.append(run_grpc(server.grpc, Job(k, "grpc", [RAISE_PREFILL, *prompt], sampling),
                                    args.timeout))
-            time.sleep(0.5)
+            time.sleep(1.5)
         good = load.stop()
         # A decode step that raises fails its whole batch: each one alone, then a good request.
         after_decode = []
