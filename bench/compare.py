@@ -150,9 +150,11 @@ def start_vllm(model_dir: Path, port: int, max_model_len: int) -> subprocess.Pop
 
 
 def start_ours(port: int, settings: tuple[str, ...] = (), openai: bool = True,
-               log_name: str = "ours_server.log", prefix_caching: bool = False) -> subprocess.Popen[bytes]:
+               log_name: str = "ours_server.log", prefix_caching: bool = False,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Triton's HTTP on `port`, gRPC and metrics on the next two, the OpenAI front on `port + 3`;
-    `settings`: engine options (`KEY=VALUE`); the log goes to bench/results/`log_name`."""
+    `settings`: engine options (`KEY=VALUE`); `env`: added to the server's environment; the log
+    goes to bench/results/`log_name`."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     log = RESULTS / log_name
     caching = () if prefix_caching else ("enable_prefix_caching=false",)
@@ -161,7 +163,7 @@ def start_ours(port: int, settings: tuple[str, ...] = (), openai: bool = True,
     proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(port),
                              "--grpc-port", str(port + 1), "--metrics-port", str(port + 2), *front, *extra],
                             stdout=open(log, "wb"), stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **(env or {})})
     wait_http(f"http://127.0.0.1:{port + 3}/health" if openai else
               f"http://127.0.0.1:{port}/v2/health/ready", proc, log)
     return proc

@@ -2,14 +2,16 @@
 # Serve the model repository through a real tritonserver (from the nvidia-pytriton wheel).
 #
 #   scripts/serve.sh [--host ADDR] [--http-port N] [--grpc-port N] [--metrics-port N]
-#                    [--openai-host ADDR] [--openai-port N] [--no-openai]
+#                    [--openai-host ADDR] [--openai-port N] [--no-openai] [--no-restart]
 #                    [--set KEY=VALUE]... [any other tritonserver flag]...
 #
 # Beside tritonserver runs the OpenAI front (python -m tt_backend.openai_front) on --openai-port
 # (default 9000, on --host unless --openai-host), over Triton's gRPC port; --no-openai turns it off.
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
-# tritonserver runs in the foreground with its log on stdout.
+# tritonserver runs in the foreground with its log on stdout, under scripts/supervise.py: when a
+# model's backend process dies (Triton would go on reporting ready while that model fails every
+# request), it restarts tritonserver; --no-restart makes it exit with status 1 instead.
 #
 # Several servers share a host: each run has its own folder (a fresh copy of the repository) and its
 # own shared-memory prefix for the Python backend's stubs (--backend-config=python,
@@ -26,6 +28,7 @@ METRICS_PORT=8002
 OPENAI_HOST=
 OPENAI_PORT=9000
 OPENAI=1
+RESTART=()
 SETS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
         --openai-host) OPENAI_HOST=$2; shift 2 ;;
         --openai-port) OPENAI_PORT=$2; shift 2 ;;
         --no-openai) OPENAI=0; shift ;;
+        --no-restart) RESTART=(--no-restart); shift ;;
         --set) SETS+=(--set "$2"); shift 2 ;;
         --set=*) SETS+=(--set "${1#--set=}"); shift ;;
         *) EXTRA+=("$1"); shift ;;
@@ -85,6 +89,9 @@ fi
 echo "[serve] model: $MODEL_DIR"
 echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRICS_PORT"
 echo "[serve] run folder $RUN_DIR  shm prefix $SHM_PREFIX"
+case "$HOST" in 0.0.0.0|::|"[::]") LOCAL=127.0.0.1 ;; *) LOCAL=$HOST ;; esac
+"$VENV/bin/python" "$ROOT/scripts/supervise.py" --ready-url "http://$LOCAL:$HTTP_PORT/v2/health/ready" \
+    --shm-prefix "$SHM_PREFIX" ${RESTART[@]+"${RESTART[@]}"} -- \
 "$TRITONSERVER" \
     --model-repository "$REPO" \
     --backend-directory "$BACKENDS" \

@@ -108,6 +108,14 @@ class EngineConfig:
     """Requests beyond max_num_seqs wait; past this many waiting, new requests are refused."""
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
+    step_timeout_s: int = 600
+    """The step watchdog: a model step running longer than this (a hung device) fails the engine,
+    every request in flight ends with an error naming the step, and the model instance exits for
+    a fresh one (0: no watchdog)."""
+    fault_injection: str = ""
+    """For reliability tests only (refused unless the env TT_BACKEND_ALLOW_FAULT_INJECTION=1):
+    `<raise|hang>:<prefill|decode>:<token id>` makes the steps of that mode holding a prompt that
+    starts with that token raise or hang (tt_backend/engine/faults.py)."""
     trace_mode: TraceMode = TraceMode.AUTO
     """Captured, replayed steps: none (all eager), decode_only, all (prefill shapes too), or auto:
     all on the CPU (one TorchScript graph serves every shape of a step), decode_only elsewhere (a
@@ -161,6 +169,8 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         self._check_tt_options()
+        if self.step_timeout_s < 0:
+            raise ValueError(f"step_timeout_s must be >= 0 (0: no watchdog), got {self.step_timeout_s}")
         if self.decode_steps_between_prefills < 0:
             raise ValueError("decode_steps_between_prefills must be >= 0, got "
                              f"{self.decode_steps_between_prefills}")

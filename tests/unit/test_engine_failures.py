@@ -1,15 +1,18 @@
 """Engine failure handling: a failing step fails only its requests; a dying engine thread
 fails everything pending and refuses new work; the waiting queue has a limit."""
 
+import re
 import threading
 from typing import Any
 
 import pytest
 
 from tt_backend.config import EngineConfig
+from tt_backend.contract.modes import StepMode
 from tt_backend.contract.step import StepPlan
 from tt_backend.engine.builder import build_engine
-from tt_backend.engine.engine import LLMEngine
+from tt_backend.engine.engine import LLMEngine, StepTimeout
+from tt_backend.engine.faults import ALLOW_ENV, FaultSpec
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
 from tt_backend.sampling.params import SamplingParams
@@ -131,3 +134,63 @@ def test_stats_count_exactly(chat_ids: Any) -> None:
         assert done.decode_time_s == pytest.approx(sum(own))
         assert done.inference_time_s == pytest.approx(done.prefill_time_s + done.decode_time_s)
         assert done.time_per_output_token_s == pytest.approx(done.decode_time_s / (len(own)))
+
+
+TRIGGER = 9999
+"""The first token of the prompts that meet an injected fault (the good ones start with <|im_start|>)."""
+
+
+def test_fault_injection_is_refused_without_the_test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    with pytest.raises(ValueError, match=r"fault_injection='raise:decode:5' is for reliability tests "
+                       r"only: the server's environment must set TT_BACKEND_ALLOW_FAULT_INJECTION=1"):
+        FaultSpec.parse("raise:decode:5")
+    monkeypatch.setenv(ALLOW_ENV, "1")
+    for bad in ("raise:decode", "explode:decode:5", "hang:sample:5", "raise:prefill:x"):
+        with pytest.raises(ValueError, match=rf"fault_injection='{bad}': '{bad}' is not "
+                           r"<raise\|hang>:<prefill\|decode>:<token id>"):
+            FaultSpec.parse(bad)
+    assert FaultSpec.parse("hang:prefill:7, raise:decode:8") == (
+        FaultSpec("hang", StepMode.PREFILL, 7), FaultSpec("raise", StepMode.DECODE, 8))
+    assert FaultSpec.parse("") == ()
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_an_injected_decode_fault_fails_its_batch_and_the_next_requests_succeed(
+        monkeypatch: pytest.MonkeyPatch, chat_ids: Any, async_scheduling: bool) -> None:
+    monkeypatch.setenv(ALLOW_ENV, "1")
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=256, async_scheduling=async_scheduling,
+                                       fault_injection=f"raise:decode:{TRIGGER}"))
+    outputs: dict[str, list[RequestOutput]] = {}
+    engine.add_request("faulty", [TRIGGER, *chat_ids("Name a colour.")], GREEDY, collect(outputs))
+    run_until_idle(engine)
+    engine.add_request("good", chat_ids("Name a colour."), GREEDY, collect(outputs))
+    run_until_idle(engine)
+    # Its prefill ran (one token out), then its first decode step raised.
+    assert [(o.finish_reason, o.error) for o in outputs["faulty"]] == [
+        (None, None), ("error", "step failed: injected fault in the decode step (fault_injection)")]
+    assert outputs["good"][-1].finish_reason == "length"
+    assert sum(len(o.new_token_ids) for o in outputs["good"]) == GREEDY.max_tokens
+    assert engine.faults.injected == 1
+    assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
+    engine.shutdown()
+
+
+def test_the_watchdog_fails_the_engine_when_a_step_hangs(monkeypatch: pytest.MonkeyPatch,
+                                                         chat_ids: Any) -> None:
+    monkeypatch.setenv(ALLOW_ENV, "1")
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=256, step_timeout_s=1,
+                                       fault_injection=f"hang:decode:{TRIGGER}"))
+    failures: list[BaseException] = []
+    failed = threading.Event()
+    engine.set_failure_listener(lambda exc: (failures.append(exc), failed.set()))
+    engine.start()
+    engine.add_request("hung", [TRIGGER, *chat_ids("Hi")], GREEDY, lambda out: None)
+    assert failed.wait(timeout=60)
+    assert isinstance(failures[0], StepTimeout)
+    assert re.fullmatch(r"the decode step of 1 request\(s\) has run 1\.\d s, past step_timeout_s=1: "
+                        r"the device or the model is hung", str(failures[0]))
+    with pytest.raises(RuntimeError, match="the engine failed and serves no requests: StepTimeout"):
+        engine.add_request("next", chat_ids("Hi"), GREEDY, lambda out: None)
+    engine.shutdown()  # releases the injected hang, so the engine thread ends
+    assert len(failures) == 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import RequestStatus, StepMode
+from tt_backend.engine.faults import FaultInjector, FaultSpec
 from tt_backend.engine.grammar_compiler import GrammarCompiler
 from tt_backend.engine.output_processor import OutputCallback, OutputProcessor
 from tt_backend.engine.pipeline import StepPipeline
@@ -50,6 +51,10 @@ class _Abort:
     request_id: str
 
 
+class StepTimeout(RuntimeError):
+    """A step ran past step_timeout_s (the watchdog's verdict)."""
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig, scheduler_config: SchedulerConfig, runner: StepRunner,
                  tokenizer: Tokenizer, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
@@ -64,8 +69,9 @@ class LLMEngine:
         self.stats = StatsCollector(self.scheduler, self._execution_counters, self.grammars.take_stats)
         self.outputs = OutputProcessor(self.scheduler, tokenizer, eos_token_ids, self.max_model_len,
                                        self.stats, config.seed, self._release_id, self.grammars)
+        self.faults = FaultInjector(FaultSpec.parse(config.fault_injection))
         self.pipeline = StepPipeline(self.scheduler, runner, self.outputs.live, bool(config.async_scheduling),
-                                     self.max_model_len)
+                                     self.max_model_len, self.faults)
         self._intake: deque[_Add | _Abort] = deque()
         self._known_ids: set[str] = set()  # ids added and not yet finished (guarded by _cv)
         self._cv = threading.Condition()
@@ -73,6 +79,9 @@ class LLMEngine:
         self._thread: threading.Thread | None = None
         self._failure_listener: Callable[[BaseException], None] | None = None
         self._failure: BaseException | None = None
+        self._step_started: float | None = None  # while the pipeline runs a step (the watchdog reads it)
+        self._watchdog: threading.Thread | None = None
+        self._watchdog_stop = threading.Event()
 
     @property
     def cache_info(self) -> CacheInfo:
@@ -144,12 +153,17 @@ class LLMEngine:
         assert self._thread is None
         self._thread = threading.Thread(target=self._run, name="tt-engine", daemon=True)
         self._thread.start()
+        if self.config.step_timeout_s > 0:
+            self._watchdog = threading.Thread(target=self._watch, name="tt-watchdog", daemon=True)
+            self._watchdog.start()
 
     def shutdown(self) -> None:
         """Stop the loop; every unfinished request ends with finish_reason 'abort'."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
+        self._watchdog_stop.set()
+        self.faults.release()  # an injected hang returns; a real one would keep the join waiting
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -174,6 +188,28 @@ class LLMEngine:
             if self._failure_listener is not None:
                 self._failure_listener(exc)
 
+    def _watch(self) -> None:
+        """The step watchdog (its own thread): a step past step_timeout_s fails the engine. The
+        engine thread stays where it hangs; the failure listener ends every request in flight and
+        the model instance exits (tt_backend/triton/llm_model.py), as a hung device leaves no
+        other way out."""
+        timeout = self.config.step_timeout_s
+        while not self._watchdog_stop.wait(min(1.0, timeout / 4)):
+            started = self._step_started
+            if started is None or time.monotonic() - started <= timeout:
+                continue
+            step = self.pipeline.current
+            what = f"the {step.mode} step of {len(step.request_ids)} request(s)" if step else "a step"
+            exc = StepTimeout(f"{what} has run {time.monotonic() - started:.1f} s, past "
+                              f"step_timeout_s={timeout}: the device or the model is hung")
+            logger.critical("%s; the engine fails", exc)
+            with self._cv:
+                self._failure = exc
+                self._stopping = True
+            if self._failure_listener is not None:
+                self._failure_listener(exc)
+            return
+
     def _loop(self) -> None:
         idle = False
         while True:
@@ -193,7 +229,11 @@ class LLMEngine:
         had_intake = self._take_intake()
         if not self.scheduler.has_work:
             return None
-        result = self.pipeline.next(run_empty=had_intake)  # schedule → execute → sample
+        self._step_started = time.monotonic()
+        try:
+            result = self.pipeline.next(run_empty=had_intake)  # schedule → execute → sample
+        finally:
+            self._step_started = None
         if result.done is not None:
             self.outputs.record(result.done, result.sampled, result.error)  # update → emit
             self.stats.report(result.done)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from tt_backend.contract.modes import StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
+from tt_backend.engine.faults import FaultInjector
 from tt_backend.engine.output_processor import LiveRequest, tokens_left
 from tt_backend.engine.step_sampling import plan_sampling, samples_on_device
 from tt_backend.runtime.step_runner import StepRunner
@@ -46,7 +47,7 @@ class _InFlight:
 
 class StepPipeline:
     def __init__(self, scheduler: LaneCoordinator, runner: StepRunner, live: Mapping[str, LiveRequest],
-                 async_scheduling: bool, max_model_len: int) -> None:
+                 async_scheduling: bool, max_model_len: int, faults: FaultInjector | None = None) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.live = live
@@ -54,6 +55,9 @@ class StepPipeline:
         self.max_model_len = max_model_len
         self.decode_drains = 0
         self.host_sampling_steps = 0
+        self.faults = faults or FaultInjector()
+        self.current: ScheduledStep | None = None
+        """The step last handed to the runner or waited on (what a hung step is)."""
         self._inflight: deque[_InFlight] = deque()
 
     def next(self, run_empty: bool) -> StepResult:
@@ -63,7 +67,7 @@ class StepPipeline:
             return self._advance()
         step = self.scheduler.schedule()
         if (step.mode is StepMode.DECODE and self.async_scheduling and not step.preempted
-                and self._device_decode(step, ahead=0)):
+                and not self._faulty(step) and self._device_decode(step, ahead=0)):
             self._note_admitted(step)
             self._launch(step, after=None)
             return StepResult(step.mode)
@@ -71,7 +75,9 @@ class StepPipeline:
             return StepResult(step.mode, step if run_empty else None)
         self._note_admitted(step)
         self._log_preemptions(step)
+        self.current = step
         try:
+            self.faults.apply(step.mode, self._prompts(step))
             sampled = self.runner.run_and_sample(step.plan, self._sampling(step, ahead=0))
         except Exception as exc:  # fail only this step's requests; the engine goes on
             return StepResult(step.mode, step, error=exc)
@@ -95,6 +101,7 @@ class StepPipeline:
             else:
                 self._launch(follow, after=last.handle)
         oldest = self._inflight.popleft()
+        self.current = oldest.step
         try:
             sampled = self.runner.complete(oldest.handle)
         except Exception as exc:
@@ -119,7 +126,14 @@ class StepPipeline:
             live = self.live.get(request_id)
             if live is None or tokens_left(live.request, self.max_model_len) < ahead + 1:
                 return False
-        return self._device_decode(step, ahead)
+        return not self._faulty(step) and self._device_decode(step, ahead)
+
+    def _prompts(self, step: ScheduledStep) -> list[tuple[int, ...]]:
+        return [self.live[rid].request.prompt_token_ids for rid in step.request_ids if rid in self.live]
+
+    def _faulty(self, step: ScheduledStep) -> bool:
+        """Whether an injected fault hits the step (it then runs on the synchronous path)."""
+        return bool(self.faults.specs) and self.faults.hit(step.mode, self._prompts(step)) is not None
 
     def _sampling(self, step: ScheduledStep, ahead: int) -> SamplingPlan:
         """The step's sampling: on the device, or the host path when a row needs it. `ahead`: tokens

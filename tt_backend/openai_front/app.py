@@ -64,6 +64,8 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequest(f"the request body is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise BadRequest("the request body nests too deeply to parse (JSON)") from None
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         model = body.get("model")

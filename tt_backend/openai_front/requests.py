@@ -23,8 +23,13 @@ _SAME = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_
          "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
          "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids",
          "structured_outputs")
-# Accepted without effect (they describe the caller, not the generation).
-_IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls")
+# Accepted without effect (they describe the caller, or options of models this is not).
+_IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls",
+            "reasoning_effort", "modalities", "prompt_cache_key", "safety_identifier")
+_COMMON = ("model", "n", "stream", "max_tokens")
+_CHAT = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
+         "max_completion_tokens")
+_COMPLETION = ("prompt", "logprobs", "echo")
 _REFUSED = {
     "suffix": "suffix (insertion) is not supported",
     "functions": "functions is OpenAI's retired name; send tools",
@@ -63,6 +68,11 @@ def chat_call(body: dict[str, Any], render: Render) -> GenerateCall:
         logprobs = _int(body, "top_logprobs", 0)
     elif body.get("top_logprobs") is not None:
         raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
+    _check_fields(body, _CHAT)
+    both = body.get("max_completion_tokens"), body.get("max_tokens")
+    if None not in both and both[0] != both[1]:
+        raise BadRequest(f"max_completion_tokens ({both[0]!r}) and max_tokens ({both[1]!r}) disagree; "
+                         "send max_completion_tokens alone (max_tokens is its older name)", "max_tokens")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     tools = parse_tools(body)
     constraint = _response_format(body.get("response_format"))
@@ -78,7 +88,7 @@ def chat_call(body: dict[str, Any], render: Render) -> GenerateCall:
         body = {**body, "structured_outputs": constraint}
     prompt = tuple(render(rendered, body["tools"] if tools is not None else None))
     call = _call(body, prompt, max_tokens, "max_completion_tokens" if "max_completion_tokens" in body
-                 else "max_tokens", logprobs, echo=False)
+                 else "max_tokens", logprobs, echo=False, logprobs_name="top_logprobs")
     return dataclasses.replace(call, tools=tools)
 
 
@@ -102,6 +112,7 @@ def _response_format(value: Any) -> dict[str, Any] | None:
 
 
 def completion_call(body: dict[str, Any]) -> GenerateCall:
+    _check_fields(body, _COMPLETION)
     prompt = _prompt(body.get("prompt"))
     logprobs = body.get("logprobs")
     if logprobs is not None:
@@ -126,7 +137,7 @@ def _prompt(prompt: Any) -> str | tuple[int, ...]:
 
 
 def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, max_name: str,
-          logprobs: int | None, echo: bool) -> GenerateCall:
+          logprobs: int | None, echo: bool, logprobs_name: str = "logprobs") -> GenerateCall:
     for name, reason in _REFUSED.items():
         if body.get(name) is not None:
             raise BadRequest(f"{name}: {reason}", name)
@@ -149,9 +160,21 @@ def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, 
         field = min(named, key=message.index) if named else None
         if field == "max_tokens":
             field, message = max_name, message.replace("max_tokens", max_name)
+        elif field == "logprobs":  # the number of alternatives: chat calls it top_logprobs
+            field, message = logprobs_name, message.replace("logprobs", logprobs_name, 1)
         raise BadRequest(message, field) from None
     return GenerateCall(prompt, sampling, stream, bool(options and options.get("include_usage")), logprobs,
                         echo)
+
+
+def _check_fields(body: dict[str, Any], route_fields: tuple[str, ...]) -> None:
+    """Refuse a field this route does not know (OpenAI does; a misspelt option would else be
+    ignored without a word)."""
+    known = {*_COMMON, *route_fields, *_SAME, *_IGNORED, *_REFUSED}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0]!r}" + (f" (and {unknown[1:]})" if unknown[1:] else "")
+                         + f"; this route takes {', '.join(sorted(known))}", unknown[0])
 
 
 def _message(index: int, message: Any) -> dict[str, Any]:

@@ -43,3 +43,17 @@ def eos_token_ids(model_dir: Path, tokenizer_eos: int | None) -> frozenset[int]:
             value = json.load(f).get("eos_token_id")
         ids.update(value if isinstance(value, list) else [] if value is None else [value])
     return frozenset(ids)
+
+
+def max_token_bytes(tokenizer: Any) -> int:
+    """An upper bound on the UTF-8 bytes of text one token stands for: the longest vocabulary entry
+    in UTF-8 (byte-level BPE writes each byte as one character of 1-2 bytes, so this bounds it)."""
+    return max(len(token.encode("utf-8")) for token in tokenizer.get_vocab())
+
+
+def check_prompt_bytes(field: str, text: str, max_tokens: int, token_bytes: int) -> None:
+    """Refuse, before tokenizing it, a text that no prompt of `max_tokens` tokens can hold."""
+    size = len(text.encode("utf-8"))
+    if size > max_tokens * token_bytes:
+        raise ValueError(f"{field} is {size} bytes: more than a prompt of max_model_len={max_tokens} tokens "
+                         f"can hold (no token of this tokenizer stands for more than {token_bytes} bytes)")

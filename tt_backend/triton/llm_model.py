@@ -29,6 +29,7 @@ from tt_backend.engine.builder import build_engine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
+from tt_backend.text.tokenizer import check_prompt_bytes, max_token_bytes
 from tt_backend.triton.metrics import EngineMetrics
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import parse_generate_request
@@ -82,6 +83,7 @@ class TritonPythonModel:
         config = EngineConfig.from_parameters(model_parameters(model_config))
         self.engine = build_engine(config)
         self.tokenizer = self.engine.tokenizer
+        self._token_bytes = max_token_bytes(self.tokenizer)
         self._ids = itertools.count()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}  # response thread only
@@ -115,6 +117,8 @@ class TritonPythonModel:
             prompt_ids = parsed.prompt_ids
             if prompt_ids is None:
                 assert parsed.prompt_text is not None
+                check_prompt_bytes("text_input", parsed.prompt_text, self.engine.max_model_len,
+                                   self._token_bytes)
                 prompt_ids = tuple(self.tokenizer(parsed.prompt_text).input_ids)
             # Registered before the engine sees it, so no output can overtake the registration.
             self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))
@@ -152,8 +156,13 @@ class TritonPythonModel:
         elif isinstance(item, EngineStats):
             self.metrics.update(item)
         elif isinstance(item, _EngineFailed):
-            # Every pending request already got its error (queued before this item). Exit the
-            # stub so Triton reports the instance unhealthy and starts a fresh one.
+            # A failed loop queued every pending request's error before this item; a hung step
+            # (the watchdog) queued none, so whatever is still live ends here. Then the stub
+            # exits: scripts/supervise.py sees it gone and restarts tritonserver (Triton itself
+            # would go on reporting ready while this model fails every request).
+            for live in self._live.values():
+                self._send_error(live.sender, f"engine failed: {item.error}")
+            self._live.clear()
             self.metrics.engine_failed()
             logger.critical("the engine failed (%r); exiting the model instance", item.error)
             os._exit(1)

@@ -90,6 +90,8 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
         except json.JSONDecodeError as exc:
             raise ValueError(
                 f"sampling_parameters is not valid JSON ({exc.msg}): {raw_json[:80]!r}") from None
+        except RecursionError:
+            raise ValueError("sampling_parameters nests too deeply to parse (JSON)") from None
         if not isinstance(parsed, dict):
             raise ValueError(f"sampling_parameters must be a JSON object, got {raw_json[:80]!r}")
         values.update(parsed)

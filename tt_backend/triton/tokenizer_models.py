@@ -12,6 +12,7 @@ decoding them exactly needs (see tt_backend.text.detokenizer).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,19 +20,30 @@ import triton_python_backend_utils as pb_utils
 
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.text.detokenizer import delta_text
-from tt_backend.text.tokenizer import encode_chat, load_tokenizer
+from tt_backend.text.tokenizer import check_prompt_bytes, encode_chat, load_tokenizer, max_token_bytes
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import single_text
 from tt_backend.triton.response_builder import string_tensor
 
 
-def _load(args: dict[str, str], known: set[str]) -> tuple[Any, dict[str, str]]:
+def _load(args: dict[str, str], known: set[str]) -> tuple[Any, dict[str, str], Path]:
     setup_logging()
     params = model_parameters(json.loads(args["model_config"]))
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown}; this model takes {sorted(known)}")
-    return load_tokenizer(resolve_model_dir(params.get("model", ""))), params
+    model_dir = resolve_model_dir(params.get("model", ""))
+    return load_tokenizer(model_dir), params, model_dir
+
+
+def _max_positions(model_dir: Path) -> int | None:
+    """The model's maximum positions (`tt_llm`'s max_model_len is at most this), if it says."""
+    config = model_dir / "config.json"
+    if not config.is_file():
+        return None
+    with open(config, encoding="utf-8") as f:
+        value = json.load(f).get("max_position_embeddings")
+    return value if isinstance(value, int) else None
 
 
 def _error(message: str) -> Any:
@@ -40,7 +52,9 @@ def _error(message: str) -> Any:
 
 class PreprocessingModel:
     def initialize(self, args: dict[str, str]) -> None:
-        self.tokenizer, params = _load(args, {"model", "apply_chat_template"})
+        self.tokenizer, params, model_dir = _load(args, {"model", "apply_chat_template"})
+        self._max_positions = _max_positions(model_dir)
+        self._token_bytes = max_token_bytes(self.tokenizer)
         choice = params.get("apply_chat_template", "false").strip().lower()
         if choice not in ("true", "false"):
             raise ValueError(f"apply_chat_template={choice!r} is not a boolean (true/false)")
@@ -57,6 +71,8 @@ class PreprocessingModel:
             values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
             try:
                 text = single_text({"text_input": values}, "text_input")
+                if text is not None and self._max_positions is not None:  # no tokenizing 10 MB
+                    check_prompt_bytes("text_input", text, self._max_positions, self._token_bytes)
             except ValueError as exc:
                 responses.append(_error(str(exc)))
                 continue
@@ -69,7 +85,7 @@ class PreprocessingModel:
 
 class PostprocessingModel:
     def initialize(self, args: dict[str, str]) -> None:
-        self.tokenizer, _ = _load(args, {"model"})
+        self.tokenizer, _, _ = _load(args, {"model"})
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
