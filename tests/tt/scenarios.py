@@ -128,9 +128,12 @@ def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int,
         for i, event in enumerate(done):
             assert event.wait(timeout=600), f"request r{i} did not finish"
         assert not errors, errors[0]
+        # before shutdown drops the generator
+        rows_per_submesh, warmups = list(runner.generator.rows_per_submesh), runner.generator.warmups
     finally:
         llm.shutdown()
     return {"tokens": outputs, "max_decode_rows": rows_seen[0], "eager_steps": runner.eager_steps,
+            "lanes": runner.lanes, "rows_per_submesh": rows_per_submesh, "warmups": warmups,
             "traced_steps": runner.traced_steps, "cleanup": runner.cleanup_log.events,
             "fabric_closed": _fabric(), "reopens": _reopens(), "cache_dtype": llm.cache_info.dtype}
 

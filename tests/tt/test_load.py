@@ -59,9 +59,3 @@ def test_data_parallel_that_does_not_split_the_mesh_fails_before_it_opens() -> N
                                "submeshes; choose a data_parallel_size that divides its rows or columns")
     assert (seen["fabric_after"], seen["reopens"]) == ("DISABLED", True)
 
-
-def test_serving_more_than_one_lane_on_tt_is_refused_with_its_reason() -> None:
-    seen = run_scenario("load_fails", "t3k", params={**BASE, "MESH_DEVICE": "T3K", "data_parallel_size": "2"})
-    assert seen["error"] == "ValueError"
-    assert seen["message"] == ("data_parallel_size=2 on device=tt: the generator runner serves one lane in "
-                               "this version; serve one lane per Triton model instance")

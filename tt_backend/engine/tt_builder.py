@@ -27,7 +27,7 @@ from tt_backend.mesh_options import MeshOptions
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.registry import build_registry
-from tt_backend.models.tt_capabilities import generator_capabilities, takes_start_pos
+from tt_backend.models.tt_capabilities import generator_capabilities, takes_empty_slots, takes_start_pos
 from tt_backend.runtime.config import TraceConfig
 from tt_backend.runtime.generator_runner import GeneratorRunner
 from tt_backend.runtime.resources import CleanupError, CleanupLog
@@ -89,6 +89,10 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
     if lanes > 1 and not caps.single_execute:
         raise ValueError(f"data_parallel_size={lanes}: {entry.arch} does not take tt_data_parallel, so its "
                          "lanes cannot share one program; serve it as one lane per Triton model instance")
+    if lanes > 1 and not takes_empty_slots(cls):
+        raise ValueError(f"data_parallel_size={lanes}: the prefill_forward of {entry.arch} takes no "
+                         "empty_slots, so a prompt cannot be sent to its lane's submesh; serve it as one "
+                         "lane per Triton model instance")
     assert config.num_kv_blocks is not None and config.max_model_len is not None
     # One more block per lane: the padding sink no request is given.
     geometry = TTKVGeometry(hf.num_hidden_layers, config.num_kv_blocks + 1, hf.num_key_value_heads,
@@ -115,11 +119,8 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
 
 
 def build_tt_engine(config: EngineConfig) -> LLMEngine:
-    """The engine over a tt-metal generator on a Tenstorrent mesh: one lane (data_parallel_size
-    above 1 loads its submeshes, but this runner serves one lane), tokens sampled on the host."""
-    if config.data_parallel_size > 1:
-        raise ValueError(f"data_parallel_size={config.data_parallel_size} on device=tt: the generator runner "
-                         "serves one lane in this version; serve one lane per Triton model instance")
+    """The engine over a tt-metal generator on a Tenstorrent mesh: a lane per data-parallel
+    submesh, one generator call per step for all of them, tokens sampled on the host."""
     if config.async_scheduling:
         raise ValueError("async_scheduling=true on device=tt: the generator runner reads every step's "
                          "outputs before the next (no async decode yet)")
@@ -135,18 +136,22 @@ def _engine_over(loaded: TTLoadedModel) -> LLMEngine:
     config = loaded.config
     assert config.num_kv_blocks is not None and config.max_model_len is not None
     trace = TraceConfig.resolve(config.trace_mode, "tt")
-    runner = GeneratorRunner(loaded.mesh.ttnn, loaded.generator, loaded.kv, sink_block=config.num_kv_blocks,
+    cls = type(loaded.generator)
+    runner = GeneratorRunner(loaded.mesh.ttnn, loaded.generator, loaded.kv,
+                             blocks_per_lane=config.num_kv_blocks,
                              table_width=-(-config.max_model_len // config.block_size),
                              decode_capacity=config.max_num_seqs, enable_trace=trace.decode,
-                             takes_start_pos=takes_start_pos(type(loaded.generator)),
+                             takes_start_pos=takes_start_pos(cls), takes_empty_slots=takes_empty_slots(cls),
                              close_device=loaded.mesh.close)
     model_dir = resolve_model_dir(config.model)
     tokenizer = load_tokenizer(model_dir)
-    logger.info("engine: %s on a %dx%d Tenstorrent mesh; max_model_len=%d, %d KV blocks of %d (%s), decode "
-                "capacity %d, prefix caching %s, decode trace %s, host sampling", loaded.architecture,
-                *loaded.mesh.shape, config.max_model_len, config.num_kv_blocks, config.block_size,
-                runner.cache_dtype, runner.decode_capacity, "on" if config.enable_prefix_caching else "off",
-                "on" if trace.decode else "off")
+    logger.info("engine: %s on a %dx%d Tenstorrent mesh, %d lane(s); max_model_len=%d, %d KV blocks of %d "
+                "(%s) per lane, decode capacity %d per lane, prefix caching %s, decode trace %s, host "
+                "sampling",
+                loaded.architecture, *loaded.mesh.shape, runner.lanes, config.max_model_len,
+                config.num_kv_blocks, config.block_size, runner.cache_dtype, runner.decode_capacity,
+                "on" if config.enable_prefix_caching else "off", "on" if trace.decode else "off")
     vocab = hf_model_config(model_dir).vocab_size
+    runner.warmup()
     return LLMEngine(config, scheduler_config(config), runner, tokenizer, vocab,
                      eos_token_ids(model_dir, tokenizer.eos_token_id))

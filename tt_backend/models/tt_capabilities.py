@@ -42,6 +42,12 @@ def takes_start_pos(cls: type) -> bool:
     return _takes(cls, "prefill_forward", "start_pos")
 
 
+def takes_empty_slots(cls: type) -> bool:
+    """A prefill told each row's batch slot (`empty_slots`): how tt-metal's data-parallel prefill
+    finds a row's submesh."""
+    return _takes(cls, "prefill_forward", "empty_slots")
+
+
 def generator_capabilities(cls: type, max_prefill_batch: int) -> ModelCapabilities:
     """What `cls` (a tt-metal generator class) supports, from its dict and its signatures."""
     declared: dict[str, Any] = dict(getattr(cls, "model_capabilities", None) or {})

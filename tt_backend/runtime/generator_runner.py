@@ -10,15 +10,24 @@ the KV cache's handle (TTPagedKVCache) and the output reads:
              ─▶ read_decode_output(async_read=True) ─▶ event_synchronize each event
              ─▶ process_decode_output_host ─▶ logits [C, 1, V] ─▶ host sampling of the live rows
 
-Decode runs at one fixed capacity (the generator's max batch: its traces are captured for it),
-not at power-of-two buckets; rows beyond the live ones are padding, at position -1 (tt-metal's
-mark of an inactive row) over a page table of sink blocks. Tokens are chosen on the host (the
-generator's device sampling is not wired yet).
+Decode runs at one fixed capacity per lane (the generator's max batch per submesh: its traces
+are captured for it), not at power-of-two buckets; rows beyond the live ones are padding, at
+position -1 (tt-metal's mark of an inactive row) over a page table of sink blocks. Tokens are
+chosen on the host (the generator's device sampling is not wired yet).
+
+Lanes are the generator's data-parallel submeshes (tt_data_parallel): the scheduler's merged plan
+numbers lane l's block b as l × blocks_per_lane + b; each submesh has its own cache with its own
+block ids, so a row's lane is its blocks' region and its page table holds the local ids. The
+generator takes the batch lane by lane: decode rows of lane l sit at [l × C, (l + 1) × C) of the
+lanes × C batch (tt-metal splits it with torch.chunk), and a prefill row's `empty_slots` entry is a
+slot of its lane (tt-metal: model_id = slot // max_batch_size_per_model). The KV cache goes to
+the generator as its list of per-submesh regions, as `allocate_kv_cache` returned it.
 """
 
 from __future__ import annotations
 
 import gc
+import inspect
 import logging
 from typing import Any
 
@@ -35,18 +44,24 @@ logger = logging.getLogger(__name__)
 
 
 class GeneratorRunner:
-    def __init__(self, ttnn: Any, generator: Any, kv: TTPagedKVCache, sink_block: int, table_width: int,
-                 decode_capacity: int, enable_trace: bool, takes_start_pos: bool,
+    def __init__(self, ttnn: Any, generator: Any, kv: TTPagedKVCache, blocks_per_lane: int, table_width: int,
+                 decode_capacity: int, enable_trace: bool, takes_start_pos: bool, takes_empty_slots: bool,
                  close_device: Any) -> None:
         self.ttnn = ttnn
         self.generator = generator
         self.kv = kv
-        self.sink_block = sink_block
-        """The padding sink: the block no request is given (padding rows and table slots)."""
+        self.lanes = kv.lanes
+        self.blocks_per_lane = blocks_per_lane
+        self.sink_block = blocks_per_lane
+        """The padding sink of each lane's cache: the block no request is given (padding rows and
+        table slots), one past the lane's own."""
         self.table_width = table_width
         self.decode_capacity = decode_capacity
+        """Decode rows per lane (per submesh)."""
         self.enable_trace = enable_trace
         self.takes_start_pos = takes_start_pos
+        self.takes_empty_slots = takes_empty_slots
+        assert self.lanes == 1 or takes_empty_slots, "a data-parallel prefill needs empty_slots"
         self.sampling = SamplingConfig.resolve("none", always_compat=True)  # host sampling only
         self.eager_steps = 0
         self.traced_steps = 0
@@ -59,12 +74,32 @@ class GeneratorRunner:
         return self.kv.geometry.dtype
 
     # ---- host prep ---------------------------------------------------------------------------
-    def page_table(self, rows: list[PlannedRow], batch: int) -> torch.Tensor:
-        # [batch, W] int32: a row's blocks in logical order, the sink after them and in padding rows
+    def lane_of(self, row: PlannedRow) -> int:
+        """The lane (submesh) whose region holds the row's blocks."""
+        lane = row.block_ids[0] // self.blocks_per_lane
+        assert all(b // self.blocks_per_lane == lane for b in row.block_ids), "a row's blocks span lanes"
+        return lane
+
+    def page_table(self, rows: list[tuple[int, PlannedRow]], batch: int) -> torch.Tensor:
+        """[batch, W] int32: each placed row's blocks in logical order as its lane's local ids, the
+        sink after them and in the padding rows."""
         table = torch.full((batch, self.table_width), self.sink_block, dtype=torch.int32)
-        for i, row in enumerate(rows):
-            table[i, :len(row.block_ids)] = torch.tensor(row.block_ids, dtype=torch.int32)
+        for position, row in rows:
+            base = self.lane_of(row) * self.blocks_per_lane
+            table[position, :len(row.block_ids)] = torch.tensor(row.block_ids, dtype=torch.int32) - base
         return table
+
+    def slots(self, rows: list[PlannedRow]) -> list[int]:
+        """Each row's place in the lanes × capacity batch: lane l's k-th row (in plan order) at
+        l × capacity + k."""
+        taken = [0] * self.lanes
+        slots = []
+        for row in rows:
+            lane = self.lane_of(row)
+            assert taken[lane] < self.decode_capacity, f"lane {lane} holds more rows than its capacity"
+            slots.append(lane * self.decode_capacity + taken[lane])
+            taken[lane] += 1
+        return slots
 
     # ---- steps -------------------------------------------------------------------------------
     def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
@@ -90,34 +125,64 @@ class GeneratorRunner:
             kwargs["start_pos"] = [row.start_position for row in rows]
         elif any(row.start_position for row in rows):
             raise AssertionError("a prefix-cached row reached a generator that takes no start_pos")
-        out = self.generator.prefill_forward(tokens, page_table=self.page_table(rows, len(rows)),
-                                             kv_cache=self.kv.lane(0),
+        if self.takes_empty_slots:
+            kwargs["empty_slots"] = self.slots(rows)
+        table = self.page_table(list(enumerate(rows)), len(rows))
+        out = self.generator.prefill_forward(tokens, page_table=table, kv_cache=self.kv.caches,
                                              prompt_lens=[len(row.token_ids) for row in rows], **kwargs)
         self.eager_steps += 1
         return torch.as_tensor(out).reshape(len(rows), -1)
 
     def decode(self, rows: list[PlannedRow]) -> torch.Tensor:
-        """Logits [rows, V] of one decode step at the fixed capacity."""
-        capacity = self.decode_capacity
-        assert len(rows) <= capacity, (len(rows), capacity)
-        tokens = torch.zeros((capacity, 1), dtype=torch.int64)
-        start_pos = torch.full((capacity,), -1, dtype=torch.int64)  # -1: a padding row (skipped)
-        for i, row in enumerate(rows):
-            tokens[i, 0] = row.token_ids[0]
-            start_pos[i] = row.start_position
+        """Logits [rows, V] of one decode step at the fixed capacity of every lane."""
+        batch = self.lanes * self.decode_capacity
+        slots = self.slots(rows)
+        tokens = torch.zeros((batch, 1), dtype=torch.int64)
+        start_pos = torch.full((batch,), -1, dtype=torch.int64)  # -1: a padding row (skipped)
+        for slot, row in zip(slots, rows, strict=True):
+            tokens[slot, 0] = row.token_ids[0]
+            start_pos[slot] = row.start_position
         g = self.generator
-        device_out = g.decode_forward(tokens, start_pos, page_table=self.page_table(rows, capacity),
-                                      kv_cache=self.kv.lane(0), enable_trace=self.enable_trace,
+        table = self.page_table(list(zip(slots, rows, strict=True)), batch)
+        device_out = g.decode_forward(tokens, start_pos, page_table=table,
+                                      kv_cache=self.kv.caches, enable_trace=self.enable_trace,
                                       read_from_device=False)
         host_out, events = g.read_decode_output(device_out, async_read=True)
         for event in events:
             self.ttnn.event_synchronize(event)
-        logits = torch.as_tensor(g.process_decode_output_host(host_out, is_tokens=False))
+        processed = g.process_decode_output_host(host_out, is_tokens=False)
+        # newer tt-metal generators return (logits, log-probs)
+        logits = torch.as_tensor(processed[0] if isinstance(processed, tuple) else processed)
         if self.enable_trace:
             self.traced_steps += 1
         else:
             self.eager_steps += 1
-        return logits.reshape(capacity, -1)[:len(rows)]
+        return logits.reshape(batch, -1)[torch.tensor(slots)]
+
+    # ---- warmup ------------------------------------------------------------------------------
+    def warmup(self) -> list[str]:
+        """The generator's own warmup before the model reports ready: `warmup_model_prefill` and
+        then `warmup_model_decode` (tt-metal compiles its programs and, with enable_trace, captures
+        the decode trace there), each where the generator has it, with the arguments tt-metal's
+        hooks take (kv_cache, enable_trace, max_batch_size, num_blocks, can_sample_on_device,
+        non_greedy_decoding_on_device) that its signature names. Returns the hooks called."""
+        known: dict[str, Any] = {
+            "kv_cache": self.kv.caches, "enable_trace": self.enable_trace,
+            "max_batch_size": self.lanes * self.decode_capacity, "num_blocks": self.table_width,
+            "can_sample_on_device": False, "non_greedy_decoding_on_device": False}
+        called = []
+        for name, wanted in (("warmup_model_prefill", ("kv_cache", "enable_trace", "can_sample_on_device",
+                                                        "non_greedy_decoding_on_device")),
+                             ("warmup_model_decode", tuple(known))):
+            hook = getattr(self.generator, name, None)
+            if hook is None:
+                continue
+            parameters = inspect.signature(hook).parameters
+            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+            hook(**{key: known[key] for key in wanted if takes_any or key in parameters})
+            called.append(name)
+        logger.info("tt: generator warmup: %s", ", ".join(called) or "the generator has no warmup hooks")
+        return called
 
     def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
         raise AssertionError("async decode is off for generators (the engine refuses async_scheduling)")

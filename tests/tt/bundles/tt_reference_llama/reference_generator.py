@@ -6,9 +6,13 @@ cache in tt-metal's layout, page tables as ttnn tensors, and on every step the p
 step's shapes (paged_fill_cache, paged_update_cache, paged decode SDPA) with the async output read
 and its event.
 
-The numbers come from our torch Llama on the host, over a host copy of the paged cache addressed
-by the same page tables: a mock device's read-backs are all zeros, so every token a test compares
-is this host compute's, not the device's.
+The numbers come from our torch Llama on the host, over a host copy of each submesh's paged
+cache addressed by the same page tables: a mock device's read-backs are all zeros, so every token
+a test compares is this host compute's, not the device's.
+
+Data parallel as tt-metal's Generator does it: `kv_cache` is the list of per-submesh regions;
+decode splits its batch into `data_parallel` equal chunks (one per submesh, torch.chunk), and a
+prefill row goes to submesh `empty_slots[i] // max_batch_size` (the per-submesh batch).
 """
 
 from __future__ import annotations
@@ -47,8 +51,18 @@ class TTLlamaForCausalLM:
         self.mesh_device = mesh_device
         self.max_batch_size = max_batch_size
         self.max_seq_len = max_seq_len
-        self.host_cache: torch.Tensor | None = None
+        self.host_caches: list[torch.Tensor] = []
+        """Per submesh, the host copy the numbers come from: [layers, 2, blocks, block_size,
+        kv_heads, head_dim]."""
         self._pending: dict[int, torch.Tensor] = {}  # id(device output) -> its host-computed logits
+        self.rows_per_submesh = [0] * len(submeshes)
+        """Live rows each submesh computed, prefill and decode (what the tests read)."""
+        self.warmups: list[list[Any]] = []
+        """Each warmup hook called: [name, its arguments but the cache]."""
+
+    @property
+    def data_parallel(self) -> int:
+        return len(self.submeshes)
 
     @classmethod
     def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int,
@@ -65,77 +79,122 @@ class TTLlamaForCausalLM:
         blocks, heads, block_size, head_dim = kv_cache_shape
         geometry = TTKVGeometry(num_layers, blocks, heads, block_size, head_dim)
         caches = [allocate_layer_caches(ttnn, submesh, geometry) for submesh in self.submeshes]
-        # the host copy the numbers come from: [layers, 2, blocks, block_size, kv_heads, head_dim]
-        self.host_cache = torch.zeros((num_layers, 2, blocks, block_size, heads, head_dim))
+        self.host_caches = [torch.zeros((num_layers, 2, blocks, block_size, heads, head_dim))
+                            for _ in self.submeshes]
         return caches
 
     # ---- host compute ------------------------------------------------------------------------
-    def _host_logits(self, tokens: torch.Tensor, starts: list[int], lengths: list[int],
+    def _host_logits(self, model_id: int, tokens: torch.Tensor, starts: list[int], lengths: list[int],
                      page_table: torch.Tensor, decode: bool) -> torch.Tensor:
         """Logits [rows, vocab] of each row's last token, one row at a time (so which rows share a
-        step never changes a row's arithmetic)."""
-        return torch.cat([self._row_logits(tokens[i, :lengths[i]], starts[i], page_table[i], decode)
+        step never changes a row's arithmetic), over submesh `model_id`'s cache."""
+        self.rows_per_submesh[model_id] += len(lengths)
+        return torch.cat([self._row_logits(model_id, tokens[i, :lengths[i]], starts[i], page_table[i], decode)
                           for i in range(len(lengths))])
 
-    def _row_logits(self, tokens: torch.Tensor, start: int, table: torch.Tensor,
+    def _row_logits(self, model_id: int, tokens: torch.Tensor, start: int, table: torch.Tensor,
                     decode: bool) -> torch.Tensor:
-        assert self.host_cache is not None, "allocate_kv_cache first"
-        block, length = self.host_cache.shape[3], tokens.shape[0]
+        assert self.host_caches, "allocate_kv_cache first"
+        cache = self.host_caches[model_id]
+        block, length = cache.shape[3], tokens.shape[0]
         positions = start + torch.arange(length)
         slots = table.long()[positions // block] * block + positions % block
         batch = ForwardBatch(tokens.long()[None], positions[None], slots[None], table.long()[None],
                              torch.tensor([start + length]), torch.tensor([length - 1]), decode)
         with torch.inference_mode():
-            logits: torch.Tensor = self.host_model(batch, self.host_cache)
+            logits: torch.Tensor = self.host_model(batch, cache)
         return logits
 
     # ---- the generator API -------------------------------------------------------------------
-    def prefill_forward(self, tokens: torch.Tensor, page_table: torch.Tensor, kv_cache: list[list[Any]],
-                        prompt_lens: list[int], start_pos: list[int] | None = None) -> torch.Tensor:
+    def prefill_forward(self, tokens: torch.Tensor, page_table: torch.Tensor, kv_cache: list[list[list[Any]]],
+                        prompt_lens: list[int], start_pos: list[int] | None = None,
+                        empty_slots: list[int] | None = None) -> torch.Tensor:
         """Logits [B, 1, vocab] of each row's last prompt token, on the host. Row i's tokens start
-        at start_pos[i] (a cached prefix before it, a whole number of blocks)."""
+        at start_pos[i] (a cached prefix before it, a whole number of blocks) and go to the submesh
+        of its slot, empty_slots[i] (default: row i's)."""
         starts = list(start_pos or [0] * len(prompt_lens))
-        device = self.submeshes[0]
-        block = self.host_cache.shape[3] if self.host_cache is not None else 1
-        for i, (start, length) in enumerate(zip(starts, prompt_lens, strict=True)):
+        slots = list(empty_slots if empty_slots is not None else range(len(prompt_lens)))
+        block = self.host_caches[0].shape[3]
+        out = torch.zeros(len(prompt_lens), 1, self.spec.vocab_size)
+        for i, (start, length, slot) in enumerate(zip(starts, prompt_lens, slots, strict=True)):
             assert start % block == 0, "a cached prefix covers whole blocks"
-            fill_row(ttnn, device, kv_cache, page_table[i:i + 1, start // block:], length,
-                     self.spec.num_kv_heads, self.spec.head_dim)
-        return self._host_logits(tokens, starts, list(prompt_lens), page_table, False)[:, None, :]
-
-    def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor, page_table: torch.Tensor,
-                       kv_cache: list[list[Any]], enable_trace: bool = True, read_from_device: bool = True,
-                       sampling_params: Any = None) -> Any:
-        """One decode step for every row (start_pos -1: a padding row). enable_trace is accepted
-        and not used: the device work here is not captured (on a mock device, a trace with ops
-        crashes). With read_from_device=False, the device output to read with read_decode_output."""
-        assert sampling_params is None, "this reference samples on the host"
-        device = self.submeshes[0]
-        decode_step(ttnn, device, kv_cache, page_table, start_pos, self.num_heads, self.spec.num_kv_heads,
-                    self.spec.head_dim)
-        live = [i for i in range(tokens.shape[0]) if int(start_pos[i]) >= 0]
-        logits = torch.zeros(tokens.shape[0], self.spec.vocab_size)
-        if live:
-            index = torch.tensor(live)
-            logits[index] = self._host_logits(tokens[index], start_pos[index].tolist(), [1] * len(live),
-                                              page_table[index], True)
-        # logits as tt-metal's decode returns them: [1, 1, B, vocab] on the device
-        out = to_device(ttnn, device, logits[None, None], ttnn.bfloat16, ttnn.TILE_LAYOUT)
-        self._pending[id(out)] = logits
-        if read_from_device:
-            return self.process_decode_output_host(self.read_decode_output(out, async_read=False))
+            model_id = slot // self.max_batch_size
+            fill_row(ttnn, self.submeshes[model_id], kv_cache[model_id], page_table[i:i + 1, start // block:],
+                     length, self.spec.num_kv_heads, self.spec.head_dim)
+            out[i, 0] = self._host_logits(model_id, tokens[i:i + 1], [start], [length], page_table[i:i + 1],
+                                          False)[0]
         return out
 
-    def read_decode_output(self, tt_out: Any, async_read: bool = False) -> Any:
-        """The device output copied to the host; async: (host tensors, events to wait on)."""
-        host = tt_out.cpu(blocking=not async_read)
-        self._pending[id(host)] = self._pending.pop(id(tt_out))
-        if not async_read:
-            return host
-        return [host], [ttnn.record_event(self.submeshes[0], 0)]
+    def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor, page_table: torch.Tensor,
+                       kv_cache: list[list[list[Any]]], enable_trace: bool = True,
+                       read_from_device: bool = True, sampling_params: Any = None) -> Any:
+        """One decode step for every row (start_pos -1: a padding row), the batch split into one
+        equal chunk per submesh. enable_trace is accepted and not used: the device work here is not
+        captured (on a mock device, a trace with ops crashes). With read_from_device=False, the
+        per-submesh device outputs to read with read_decode_output."""
+        assert sampling_params is None, "this reference samples on the host"
+        assert tokens.shape[0] == self.data_parallel * self.max_batch_size, "decode runs at the full batch"
+        outputs = []
+        chunks = zip(torch.chunk(tokens, self.data_parallel), torch.chunk(start_pos, self.data_parallel),
+                     torch.chunk(page_table, self.data_parallel), strict=True)
+        for model_id, (tokens_i, pos_i, table_i) in enumerate(chunks):
+            device = self.submeshes[model_id]
+            decode_step(ttnn, device, kv_cache[model_id], table_i, pos_i, self.num_heads,
+                        self.spec.num_kv_heads, self.spec.head_dim)
+            live = [i for i in range(tokens_i.shape[0]) if int(pos_i[i]) >= 0]
+            logits = torch.zeros(tokens_i.shape[0], self.spec.vocab_size)
+            if live:
+                index = torch.tensor(live)
+                logits[index] = self._host_logits(model_id, tokens_i[index], pos_i[index].tolist(),
+                                                  [1] * len(live), table_i[index], True)
+            # logits as tt-metal's decode returns them: [1, 1, B, vocab] on the submesh
+            out = to_device(ttnn, device, logits[None, None], ttnn.bfloat16, ttnn.TILE_LAYOUT)
+            self._pending[id(out)] = logits
+            outputs.append(out)
+        if read_from_device:
+            return self.process_decode_output_host(self.read_decode_output(outputs, async_read=False))
+        return outputs
 
-    def process_decode_output_host(self, tt_out: Any, is_tokens: bool = False) -> torch.Tensor:
-        """Logits [B, 1, vocab] on the host (the host compute's: the mock device reads zeros)."""
+    # ---- warmup (tt-metal's hooks: compile, and with enable_trace capture, before serving) --------
+    def warmup_model_prefill(self, kv_cache: list[list[list[Any]]], enable_trace: bool,
+                             can_sample_on_device: bool, non_greedy_decoding_on_device: bool) -> None:
+        """The prefill ops at one tile on every submesh (block 0: nothing is cached yet)."""
+        self.warmups.append(["warmup_model_prefill", {
+            "enable_trace": enable_trace, "can_sample_on_device": can_sample_on_device,
+            "non_greedy_decoding_on_device": non_greedy_decoding_on_device}])
+        for submesh, cache in zip(self.submeshes, kv_cache, strict=True):
+            fill_row(ttnn, submesh, cache, torch.zeros((1, 1), dtype=torch.int32), 32, self.spec.num_kv_heads,
+                     self.spec.head_dim)
+
+    def warmup_model_decode(self, kv_cache: list[list[list[Any]]], enable_trace: bool, max_batch_size: int,
+                            num_blocks: int, can_sample_on_device: bool,
+                            non_greedy_decoding_on_device: bool) -> None:
+        """The decode ops at the full batch and page-table width on every submesh (no trace is
+        captured: on a mock device a capture with ops crashes)."""
+        self.warmups.append(["warmup_model_decode", {
+            "enable_trace": enable_trace, "max_batch_size": max_batch_size, "num_blocks": num_blocks,
+            "can_sample_on_device": can_sample_on_device,
+            "non_greedy_decoding_on_device": non_greedy_decoding_on_device}])
+        rows = max_batch_size // self.data_parallel
+        for submesh, cache in zip(self.submeshes, kv_cache, strict=True):
+            decode_step(ttnn, submesh, cache, torch.zeros((rows, num_blocks), dtype=torch.int32),
+                        torch.zeros(rows, dtype=torch.int64), self.num_heads, self.spec.num_kv_heads,
+                        self.spec.head_dim)
+
+    def read_decode_output(self, tt_out: list[Any], async_read: bool = False) -> Any:
+        """Each submesh's device output copied to the host; async: (host tensors, one event per
+        submesh to wait on)."""
+        hosts = []
+        for out in tt_out:
+            host = out.cpu(blocking=not async_read)
+            self._pending[id(host)] = self._pending.pop(id(out))
+            hosts.append(host)
+        if not async_read:
+            return hosts
+        return hosts, [ttnn.record_event(submesh, 0) for submesh in self.submeshes]
+
+    def process_decode_output_host(self, tt_out: list[Any], is_tokens: bool = False) -> torch.Tensor:
+        """Logits [B, 1, vocab] on the host, the submeshes' rows in order (the host compute's: the
+        mock device reads zeros)."""
         assert not is_tokens
-        host = tt_out[0] if isinstance(tt_out, list) else tt_out
-        return self._pending.pop(id(host))[:, None, :]
+        return torch.cat([self._pending.pop(id(host)) for host in tt_out])[:, None, :]
