@@ -76,6 +76,19 @@ def wait_ready(proc: subprocess.Popen[bytes], server: Server) -> None:
     raise RuntimeError(f"tritonserver not ready in {READY_TIMEOUT_S}s:\n{server.log_text()[-4000:]}")
 
 
+def failed_load(log: Path, *settings: str, env: dict[str, str] | None = None, timeout: float = 180) -> str:
+    """serve.sh with settings that fail a model's load: tritonserver must exit non-zero within
+    `timeout`; its log."""
+    proc, server = start_server(log, *settings, env=env)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_server(proc)
+        raise
+    assert proc.returncode != 0, "tritonserver exited 0 although a model failed to load"
+    return server.log_text()
+
+
 def stop_server(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -5,7 +5,6 @@ message in Triton's log."""
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.integration.clients import grpc_stream
-from tests.integration.conftest import ROOT, Server, start_server, stop_server, wait_ready
+from tests.integration.conftest import ROOT, Server, failed_load, start_server, stop_server, wait_ready
 
 pytestmark = pytest.mark.integration
 BUNDLES = ROOT / "tests" / "bundles"
@@ -53,14 +52,7 @@ def test_bundle_serves_with_builtins_off(bundle_server: Server, chat_ids: Any, h
 
 
 def test_tensor_parallel_size_fails_the_load_with_its_message(tmp_path: Path) -> None:
-    proc, srv = start_server(tmp_path / "server.log", "tensor_parallel_size=2")
-    try:
-        proc.wait(timeout=180)  # tritonserver exits: a model failed to load
-    except subprocess.TimeoutExpired:
-        stop_server(proc)
-        raise
-    log = srv.log_text()
-    assert proc.returncode != 0
+    log = failed_load(tmp_path / "server.log", "tensor_parallel_size=2")
     assert "tensor_parallel_size=2 is not supported" in log
     assert "set MESH_DEVICE (the mesh_device option or the env MESH_DEVICE, e.g. N300, T3K or 1x8) " \
         "instead of tensor_parallel_size" in log

@@ -3,7 +3,6 @@ with the reference generator bundle: the four chat prompts stream through tt_llm
 greedy's tokens (the reference generator's host compute: mock read-backs are zeros), and
 tensor_parallel_size=2 fails the load naming MESH_DEVICE."""
 
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from tests.conftest import CHAT_PROMPTS
 from tests.integration.clients import grpc_stream
-from tests.integration.conftest import Server, start_server, stop_server, wait_ready
+from tests.integration.conftest import Server, failed_load, start_server, stop_server, wait_ready
 from tests.tt.mock_device import BUNDLES, mock_env
 
 MAX_TOKENS = 40
@@ -53,14 +52,7 @@ def test_tritonserver_streams_hf_greedy_tokens_from_the_mesh(tt_server: Server, 
 
 
 def test_tensor_parallel_size_fails_the_tt_load_naming_mesh_device(tmp_path: Path) -> None:
-    proc, srv = start_server(tmp_path / "server.log", *SETTINGS, "tensor_parallel_size=2", env=_env())
-    try:
-        proc.wait(timeout=300)  # tritonserver exits: a model failed to load
-    except subprocess.TimeoutExpired:
-        stop_server(proc)
-        raise
-    log = srv.log_text()
-    assert proc.returncode != 0
+    log = failed_load(tmp_path / "server.log", *SETTINGS, "tensor_parallel_size=2", env=_env(), timeout=300)
     assert "tensor_parallel_size=2 is not supported: tensor parallelism comes from the mesh shape; set " \
         "MESH_DEVICE" in log
     assert "failed to load 'tt_llm'" in log
