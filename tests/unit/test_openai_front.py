@@ -141,3 +141,37 @@ def test_a_prompt_of_token_ids_is_sent_as_ids_and_echoed_as_text(
     assert [c.prompt for c in triton_calls] == [(72, 105), (72, 105)]
     text = front.post("/v1/completions", json={"model": MODEL, "prompt": ["Hi"], "max_tokens": 2})
     assert text.status_code == 500 and triton_calls[-1].prompt == "Hi"
+
+
+# What vllm-router (the cluster's router) adds to every request it forwards, at these values
+# (captured from vllm-router 0.1.x in front of a recording server).
+ROUTER_CHAT = {"logprobs": False, "no_stop_trim": False, "ignore_eos": False, "continue_final_message": False,
+               "skip_special_tokens": True, "separate_reasoning": True, "stream_reasoning": True,
+               "return_hidden_states": False, "include_reasoning": True}
+ROUTER_COMPLETION = {"echo": False, "no_stop_trim": False, "ignore_eos": False, "skip_special_tokens": True,
+                     "return_hidden_states": False}
+
+
+def test_the_fields_the_router_adds_at_their_defaults_are_accepted(front: TestClient) -> None:
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    completion = {"model": MODEL, "prompt": "hi", "max_tokens": 4}
+    for route, body, extra in (("chat/completions", chat, ROUTER_CHAT),
+                               ("completions", completion, ROUTER_COMPLETION)):
+        plain = front.post(f"/v1/{route}", json=body)
+        routed = front.post(f"/v1/{route}", json={**body, **extra})
+        # past validation to the (absent) Triton: the same answer as without the router's fields
+        assert (routed.status_code, routed.json()) == (plain.status_code, plain.json())
+        assert routed.status_code != 400
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("include_reasoning", False, "include_reasoning=false is not supported (only its default, true)"),
+    ("no_stop_trim", True, "no_stop_trim=true is not supported (only its default, false)"),
+    ("return_hidden_states", 1, "return_hidden_states=1 is not supported (only its default, false)"),
+])
+def test_a_router_field_away_from_its_default_is_a_400_naming_it(front: TestClient, field: str, value: Any,
+                                                                  message: str) -> None:
+    reply = front.post("/v1/chat/completions", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], field: value})
+    assert reply.status_code == 400
+    assert (reply.json()["error"]["param"], reply.json()["error"]["message"]) == (field, message)

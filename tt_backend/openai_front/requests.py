@@ -10,6 +10,7 @@ here with SamplingParams itself so a bad value is a 400 naming the field before 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,11 @@ _SAME = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_
 # Accepted without effect (they describe the caller, or options of models this is not).
 _IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls",
             "reasoning_effort", "modalities", "prompt_cache_key", "safety_identifier")
+# vLLM's router (vllm-router) re-serializes every request with these at their defaults (SGLang's
+# and vLLM's extensions): accepted at exactly that value, refused at any other, naming the field.
+_DEFAULT_ONLY: dict[str, bool] = {
+    "no_stop_trim": False, "continue_final_message": False, "return_hidden_states": False,
+    "separate_reasoning": True, "stream_reasoning": True, "include_reasoning": True}
 _COMMON = ("model", "n", "stream", "max_tokens")
 _CHAT = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
          "max_completion_tokens")
@@ -170,7 +176,11 @@ def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, 
 def _check_fields(body: dict[str, Any], route_fields: tuple[str, ...]) -> None:
     """Refuse a field this route does not know (OpenAI does; a misspelt option would else be
     ignored without a word)."""
-    known = {*_COMMON, *route_fields, *_SAME, *_IGNORED, *_REFUSED}
+    for name, default in _DEFAULT_ONLY.items():
+        if name in body and body[name] is not default:
+            raise BadRequest(f"{name}={json.dumps(body[name])} is not supported (only its default, "
+                             f"{json.dumps(default)})", name)
+    known = {*_COMMON, *route_fields, *_SAME, *_IGNORED, *_REFUSED, *_DEFAULT_ONLY}
     unknown = sorted(set(body) - known)
     if unknown:
         raise BadRequest(f"unknown field {unknown[0]!r}" + (f" (and {unknown[1:]})" if unknown[1:] else "")
