@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +45,9 @@ class TTLoadedModel:
     config: EngineConfig
     """Resolved for the model (max_model_len, num_kv_blocks per lane)."""
     architecture: str
+    model_dir: Path
+    hf_config: Any
+    """transformers' config of the checkpoint (what the generator was initialized with)."""
     generator: Any
     capabilities: ModelCapabilities
     mesh: TTMesh
@@ -61,7 +65,7 @@ class TTLoadedModel:
             raise CleanupError(list(log.orphans))
 
 
-def hf_model_config(model_dir: Any) -> Any:
+def hf_model_config(model_dir: Path) -> Any:
     """transformers' config of the checkpoint, as tt-metal's generators take it (`_name_or_path`
     is the checkpoint folder)."""
     from transformers import AutoConfig
@@ -114,8 +118,7 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
     logger.info("tt: %s (%s) on a %dx%d mesh, %d lane(s) of %d sequences, %d KV blocks of %d per lane",
                 entry.arch, cls.__qualname__, *mesh.shape, lanes, config.max_num_seqs, config.num_kv_blocks,
                 config.block_size)
-    return TTLoadedModel(config, entry.arch, generator, caps, mesh, kv, CleanupLog())
-
+    return TTLoadedModel(config, entry.arch, model_dir, hf, generator, caps, mesh, kv, CleanupLog())
 
 
 def build_tt_engine(config: EngineConfig) -> LLMEngine:
@@ -143,15 +146,13 @@ def _engine_over(loaded: TTLoadedModel) -> LLMEngine:
                              decode_capacity=config.max_num_seqs, enable_trace=trace.decode,
                              takes_start_pos=takes_start_pos(cls), takes_empty_slots=takes_empty_slots(cls),
                              close_device=loaded.mesh.close)
-    model_dir = resolve_model_dir(config.model)
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(loaded.model_dir)
     logger.info("engine: %s on a %dx%d Tenstorrent mesh, %d lane(s); max_model_len=%d, %d KV blocks of %d "
                 "(%s) per lane, decode capacity %d per lane, prefix caching %s, decode trace %s, host "
                 "sampling",
                 loaded.architecture, *loaded.mesh.shape, runner.lanes, config.max_model_len,
                 config.num_kv_blocks, config.block_size, runner.cache_dtype, runner.decode_capacity,
                 "on" if config.enable_prefix_caching else "off", "on" if trace.decode else "off")
-    vocab = hf_model_config(model_dir).vocab_size
     runner.warmup()
-    return LLMEngine(config, scheduler_config(config), runner, tokenizer, vocab,
-                     eos_token_ids(model_dir, tokenizer.eos_token_id))
+    return LLMEngine(config, scheduler_config(config), runner, tokenizer, loaded.hf_config.vocab_size,
+                     eos_token_ids(loaded.model_dir, tokenizer.eos_token_id))
