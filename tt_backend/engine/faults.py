@@ -66,9 +66,8 @@ class FaultInjector:
         firsts = {p[0] for p in prompts if p}
         return next((s for s in self.specs if s.mode is mode and s.trigger_token in firsts), None)
 
-    def apply(self, mode: StepMode, prompts: Iterable[tuple[int, ...]]) -> None:
-        """Inside the step: raise or hang if a spec hits this step."""
-        spec = self.hit(mode, prompts)
+    def apply(self, spec: FaultSpec | None, mode: StepMode) -> None:
+        """Inside the step: raise or hang as `spec` (the one that hit it, if any) says."""
         if spec is None:
             return
         self.injected += 1

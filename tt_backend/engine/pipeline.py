@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tt_backend.contract.modes import StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
-from tt_backend.engine.faults import FaultInjector
+from tt_backend.engine.faults import FaultInjector, FaultSpec
 from tt_backend.engine.output_processor import LiveRequest, tokens_left
 from tt_backend.engine.step_sampling import plan_sampling, samples_on_device
 from tt_backend.runtime.step_runner import StepRunner
@@ -77,7 +77,7 @@ class StepPipeline:
         self._log_preemptions(step)
         self.current = step
         try:
-            self.faults.apply(step.mode, self._prompts(step))
+            self.faults.apply(self._fault(step), step.mode)
             sampled = self.runner.run_and_sample(step.plan, self._sampling(step, ahead=0))
         except Exception as exc:  # fail only this step's requests; the engine goes on
             return StepResult(step.mode, step, error=exc)
@@ -128,12 +128,17 @@ class StepPipeline:
                 return False
         return not self._faulty(step) and self._device_decode(step, ahead)
 
-    def _prompts(self, step: ScheduledStep) -> list[tuple[int, ...]]:
-        return [self.live[rid].request.prompt_token_ids for rid in step.request_ids if rid in self.live]
+    def _fault(self, step: ScheduledStep) -> FaultSpec | None:
+        """The injected fault that hits the step; None at once while fault injection is off (no
+        per-step work on the hot path)."""
+        if not self.faults.specs:
+            return None
+        prompts = [self.live[rid].request.prompt_token_ids for rid in step.request_ids if rid in self.live]
+        return self.faults.hit(step.mode, prompts)
 
     def _faulty(self, step: ScheduledStep) -> bool:
         """Whether an injected fault hits the step (it then runs on the synchronous path)."""
-        return bool(self.faults.specs) and self.faults.hit(step.mode, self._prompts(step)) is not None
+        return self._fault(step) is not None
 
     def _sampling(self, step: ScheduledStep, ahead: int) -> SamplingPlan:
         """The step's sampling: on the device, or the host path when a row needs it. `ahead`: tokens
