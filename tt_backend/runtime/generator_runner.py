@@ -1,14 +1,15 @@
-"""GeneratorRunner: our runner contract over a tt-metal generator (one lane, one (sub)mesh).
+"""GeneratorRunner: our runner contract over a tt-metal generator (a lane per data-parallel
+submesh, one generator call per step for all of them).
 
 The generator owns its TTNN model, traces and device sampling; this runner owns the step shapes,
-the KV cache's handle (TTPagedKVCache) and the output reads:
+the KV cache's handle (TTPagedKVCache) and the output reads (L lanes, capacity C per lane):
 
-    prefill: rows ─▶ tokens [B, S] (padded), page_table [B, W], prompt_lens, start_pos
+    prefill: rows ─▶ tokens [B, S] (padded), page_table [B, W], prompt_lens, start_pos, empty_slots
              ─▶ generator.prefill_forward ─▶ logits [B, 1, V] on the host ─▶ host sampling
-    decode:  rows ─▶ tokens [C, 1], start_pos [C], page_table [C, W] at the fixed capacity C
+    decode:  rows ─▶ tokens [L×C, 1], start_pos [L×C], page_table [L×C, W] at the fixed capacity
              ─▶ generator.decode_forward(enable_trace, read_from_device=False)  (device tensors)
              ─▶ read_decode_output(async_read=True) ─▶ event_synchronize each event
-             ─▶ process_decode_output_host ─▶ logits [C, 1, V] ─▶ host sampling of the live rows
+             ─▶ process_decode_output_host ─▶ logits [L×C, 1, V] ─▶ host sampling of the live rows
 
 Decode runs at one fixed capacity per lane (the generator's max batch per submesh: its traces
 are captured for it), not at power-of-two buckets; rows beyond the live ones are padding, at
