@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tt_backend.contract.limits import RequestLimits
 from tt_backend.contract.modes import Named, SampleOnDeviceMode, TraceMode
 from tt_backend.mesh_options import DispatchCoreAxisName, FabricName, MeshOptions, parse_mesh_device
 
@@ -108,10 +109,30 @@ class EngineConfig:
     """Requests beyond max_num_seqs wait; past this many waiting, new requests are refused."""
     seed: int = 0
     """Seed of the engine's generator for requests that bring none."""
+    max_logit_bias: int = RequestLimits.max_logit_bias
+    """The most entries one request's logit_bias may hold (the request limits below each cost
+    engine-thread time every step of the request, so each is bounded)."""
+    max_allowed_token_ids: int = RequestLimits.max_allowed_token_ids
+    max_stop: int = RequestLimits.max_stop
+    max_stop_token_ids: int = RequestLimits.max_stop_token_ids
+    max_bad_words: int = RequestLimits.max_bad_words
+    max_logits_processors: int = RequestLimits.max_logits_processors
+    max_word_chars: int = RequestLimits.max_word_chars
+    """The longest stop string or bad word, in characters."""
     step_timeout_s: int = 600
     """The step watchdog: a model step running longer than this (a hung device) fails the engine,
     every request in flight ends with an error naming the step, and the model instance exits for
     a fresh one (0: no watchdog)."""
+    grammar_compile_timeout_s: int = 10
+    """A request with structured outputs whose grammar has not compiled this many seconds after its
+    admission ends with an error naming this option; a compile running longer is abandoned to its
+    thread (llguidance cannot stop one) and a fresh worker compiles the rest."""
+    grammar_cache_bytes: int = 64 << 20
+    """The compiled-grammar cache's bound, by each entry's estimated size (least recently used
+    evicted first; 0: no cache)."""
+    max_parked_requests: int = 64
+    """Requests with structured outputs waiting for their grammar to compile; past this many, new
+    ones are refused with "retry later"."""
     fault_injection: str = ""
     """For reliability tests only (refused unless the env TT_BACKEND_ALLOW_FAULT_INJECTION=1):
     `<raise|hang>:<prefill|decode>:<token id>` makes the steps of that mode holding a prompt that
@@ -169,6 +190,7 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         self._check_tt_options()
+        self.request_limits  # noqa: B018 (validates the limits, naming the option)
         if self.step_timeout_s < 0:
             raise ValueError(f"step_timeout_s must be >= 0 (0: no watchdog), got {self.step_timeout_s}")
         if self.decode_steps_between_prefills < 0:
@@ -191,6 +213,16 @@ class EngineConfig:
                              "is not supported yet")
         if self.enable_chunked_prefill is False and self.max_model_len is not None:
             _check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
+        for name in ("grammar_compile_timeout_s", "max_parked_requests"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.grammar_cache_bytes < 0:
+            raise ValueError(f"grammar_cache_bytes must be >= 0 (0: no cache), got "
+                             f"{self.grammar_cache_bytes}")
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        return RequestLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RequestLimits)})
 
     def _check_tt_options(self) -> None:
         _check_choice("fabric_config", self.fabric_config, typing.get_args(FabricName))

@@ -190,3 +190,41 @@ def test_a_slow_grammar_parks_its_request_while_four_streams_keep_going(server: 
     compiles = series("tt:grammar_compile_seconds_count")
     assert after[compiles] > before[compiles]
     assert after[series("tt:num_requests_parked")] == 0
+
+
+def test_past_max_parked_requests_constrained_requests_are_refused_and_the_rest_complete(
+        server: Server, chat_text: Any) -> None:
+    """A choice of 40,000 words keeps the compile worker busy for seconds (2-13 s here; then the
+    request fails at its first token on llguidance's 2,000 items per row); meanwhile 70 requests
+    share one queued choice constraint. With the slow one that is 71 waiting for a grammar: 64
+    park (max_parked_requests, default 64), the 7 past it are refused with "retry later", and the
+    parked ones each sample their first token (a choice's start) once the worker reaches their
+    constraint."""
+    rng = random.Random(time.time_ns())  # constraints no earlier request compiled
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(10)) for _ in range(40_000)]
+    choices = ["".join(rng.choice(string.ascii_lowercase) for _ in range(6)) for _ in range(2)]
+    prompt = s(chat_text("Pick a word."))
+
+    def send(constraint: dict[str, Any]) -> tuple[Any, float]:
+        result = grpc_stream(server.grpc, "tt_llm", {
+            "text_input": prompt, "stream": np.array([True]),
+            "sampling_parameters": s(json.dumps({"temperature": 0, "max_tokens": 1,
+                                                 "structured_outputs": constraint}))}, timeout=300)
+        return result, time.monotonic()
+
+    with ThreadPoolExecutor(71) as pool:
+        slow = pool.submit(send, {"choice": words})
+        time.sleep(0.5)  # the slow one is compiling
+        sent = [pool.submit(send, {"choice": choices}) for _ in range(70)]
+        last_sent = time.monotonic()
+        results = [f.result()[0] for f in sent]
+        slow_result, slow_ended = slow.result()
+    assert "Current row has 40001 items; max is 2000" in (slow_result.error or ""), slow_result.error
+    assert slow_ended - last_sent > 1.0  # every request arrived while the slow one compiled
+    refused = [r.error for r in results if r.error is not None]
+    assert len(refused) == 7, refused
+    assert all("the server is at capacity for structured outputs (64 requests wait for a grammar compile, "
+               "max_parked_requests=64); retry later" in e for e in refused), refused
+    served = [r.text() for r in results if r.error is None]
+    assert len(served) == 63 and all(text and any(c.startswith(text) for c in choices) for text in served)
+    assert scrape(server.metrics)[series("tt:num_requests_parked")] == 0

@@ -56,6 +56,14 @@ def test_vllm_logprob_flags_ask_for_the_sampled_tokens_logprobs() -> None:
     assert req.return_logprobs and req.sampling.logprobs == 4
 
 
+def test_a_max_tokens_tensor_keeps_the_sampling_parameters_temperature() -> None:
+    """A TRT-LLM scalar beside sampling_parameters used to apply TRT-LLM's greedy default over
+    the JSON's temperature (silently greedy)."""
+    req = parse_generate_request({"text_input": s("a"), "max_tokens": np.array([3], dtype=np.int32),
+                                  "sampling_parameters": s('{"temperature": 0.7, "seed": 2}')})
+    assert req.sampling == SamplingParams(max_tokens=3, temperature=0.7, seed=2)
+
+
 def test_trt_schema_samples_with_top_k() -> None:
     req = parse_generate_request({
         "input_ids": np.array([5], dtype=np.int32), "max_tokens": np.array([4], dtype=np.int32),
@@ -81,6 +89,10 @@ def test_trt_schema_samples_with_top_k() -> None:
       "sampling_parameters": s('{"max_tokens": 4}')},
      "given both as input tensors and in sampling_parameters"),
     ({"text_input": s("a"), "nonsense": np.array([1])}, "unknown input tensor(s) ['nonsense']"),
+    ({"text_input": s("a"), "top_k": np.array([5], dtype=np.int32),
+      "sampling_parameters": s('{"temperature": 0.5}')},
+     "['top_k'] given as input tensors and ['temperature'] in sampling_parameters: choose the sampling "
+     "in one place"),
 ])
 def test_malformed_inputs_are_named(inputs: dict, message: str) -> None:
     with pytest.raises(ValueError) as err:

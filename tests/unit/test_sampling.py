@@ -108,7 +108,8 @@ def test_top_k_and_top_p_keep_exactly_their_sets() -> None:
 def test_penalties_follow_vllms_formulas() -> None:
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0, 1.0]])
     p = SamplingParams(repetition_penalty=1.5, frequency_penalty=0.5, presence_penalty=0.25)
-    got = process_logits(logits, [HostRow(p, prompt_ids=(0,), output_ids=(3, 3, 1))])
+    got, errors = process_logits(logits, [HostRow(p, prompt_ids=(0,), output_ids=(3, 3, 1))])
+    assert errors == [None]
     # repetition: seen tokens (prompt 0, output 1 and 3) divided if > 0, multiplied if <= 0; then
     # frequency x output count and presence x (count > 0) subtracted.
     expected = [2.0 / 1.5, -1.0 * 1.5 - 0.5 - 0.25, 0.5, 3.0 / 1.5 - 1.0 - 0.25, -2.0, 1.0]
@@ -119,7 +120,7 @@ def test_masks_bias_bad_words_and_min_tokens() -> None:
     logits = torch.zeros(1, 6)
     p = SamplingParams(logit_bias=((2, 5.0), (3, -1.5)), allowed_token_ids=(0, 1, 2, 3, 4))
     row = HostRow(p, prompt_ids=(), output_ids=(7, 3), banned=(4,), bad_words=((3, 1), (0,), (2, 2)))
-    got = process_logits(logits, [row])[0].tolist()
+    got = process_logits(logits, [row])[0][0].tolist()
     inf = float("-inf")
     # 5 not allowed; (3, 1): the output ends in 3, so 1 is banned; (0,) always; (2, 2) needs a
     # 2 before; 4 banned by min_tokens; biases added.

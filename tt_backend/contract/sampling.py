@@ -60,12 +60,16 @@ class SampledTokens:
     tokens: tuple[int, ...]
     logprobs: tuple[TokenLogprobs | None, ...] | None = None
     """Per sampling row, when the host path ran (None for rows that asked for none)."""
+    errors: tuple[str | None, ...] | None = None
+    """Per sampling row, when the host path ran: why that row's own processing failed (its custom
+    processor raised, its grammar's mask failed); such a row's token is meaningless and the
+    request ends with the error, while the step's other rows go on."""
 
     @classmethod
-    def read(cls, tokens: torch.Tensor, logprobs: tuple[TokenLogprobs | None, ...] | None = None
-             ) -> SampledTokens:
+    def read(cls, tokens: torch.Tensor, logprobs: tuple[TokenLogprobs | None, ...] | None = None,
+             errors: tuple[str | None, ...] | None = None) -> SampledTokens:
         """From a step's token ids [rows] (read to the host here, if they are not there yet)."""
-        return cls(tuple(tokens.tolist()), logprobs)
+        return cls(tuple(tokens.tolist()), logprobs, errors if errors and any(errors) else None)
 
 
 class HostSampling(Protocol):

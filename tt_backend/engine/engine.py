@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tt_backend.config import EngineConfig
+from tt_backend.contract.errors import CapacityError, ErrorKind, UnavailableError
 from tt_backend.contract.modes import RequestStatus, StepMode
 from tt_backend.engine.faults import FaultInjector, FaultSpec
 from tt_backend.engine.grammar_compiler import GrammarCompiler
@@ -65,7 +66,8 @@ class LLMEngine:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.scheduler = LaneCoordinator(scheduler_config, config.data_parallel_size)
-        self.grammars = GrammarCompiler(GrammarBackend(tokenizer, vocab_size, eos_token_ids).compile)
+        self.grammars = GrammarCompiler(GrammarBackend(tokenizer, vocab_size, eos_token_ids).compile,
+                                        config.grammar_compile_timeout_s, config.grammar_cache_bytes)
         self.stats = StatsCollector(self.scheduler, self._execution_counters, self.grammars.take_stats)
         self.outputs = OutputProcessor(self.scheduler, tokenizer, eos_token_ids, self.max_model_len,
                                        self.stats, config.seed, self._release_id, self.grammars)
@@ -96,20 +98,34 @@ class LLMEngine:
         request = Request(request_id, tuple(prompt_token_ids), params)
         with self._cv:
             if self._failure is not None:
-                raise RuntimeError(f"the engine failed and serves no requests: {self._failure!r}")
+                raise UnavailableError(f"the engine failed and serves no requests: {self._failure!r}")
             if self._stopping:
-                raise RuntimeError("the engine is shutting down")
+                raise UnavailableError("the engine is shutting down")
             if request_id in self._known_ids:
                 raise ValueError(f"request id {request_id!r} is already in use")
             seats = self.config.data_parallel_size * self.config.max_num_seqs
             limit = seats + self.config.max_waiting_requests
             if len(self._known_ids) >= limit:
-                raise RuntimeError(f"the server is at capacity ({len(self._known_ids)} requests in "
+                raise CapacityError(f"the server is at capacity ({len(self._known_ids)} requests in "
                                    f"flight, max_waiting_requests={self.config.max_waiting_requests}); "
                                    "retry later")
+            if params.structured_outputs is not None:  # it parks until its grammar compiles
+                self._check_parked()
             self._known_ids.add(request_id)
             self._intake.append(_Add(request, on_output, time.monotonic()))
             self._cv.notify()
+
+    def _check_parked(self) -> None:
+        """(With self._cv held.) Refuse a request with structured outputs past max_parked_requests
+        waiting for their grammar: those the compiler holds and those still in the intake (the
+        batch the engine thread is admitting at that moment is in neither: it may overshoot by it)."""
+        limit = self.config.max_parked_requests
+        parked = self.grammars.num_waiting + sum(
+            1 for item in self._intake
+            if isinstance(item, _Add) and item.request.sampling.structured_outputs is not None)
+        if parked >= limit:
+            raise CapacityError(f"the server is at capacity for structured outputs ({parked} requests "
+                                f"wait for a grammar compile, max_parked_requests={limit}); retry later")
 
     def abort(self, request_id: str) -> None:
         """End the request in any state; its final output has finish_reason 'abort'."""
@@ -145,6 +161,7 @@ class LLMEngine:
         for field, token in params.token_ids():
             if not 0 <= token < self.vocab_size:
                 raise ValueError(f"{field} holds {token}, outside the vocabulary [0, {self.vocab_size})")
+        params.check_limits(self.config.request_limits)
         for name in params.logits_processors:
             lookup(name)
 
@@ -183,7 +200,8 @@ class LLMEngine:
                 self._stopping = True
             self._drain_intake()
             self.pipeline.abandon()
-            self.outputs.finish_all(RequestStatus.FINISHED_ERROR, error=f"engine failed: {exc!r}")
+            self.outputs.finish_all(RequestStatus.FINISHED_ERROR, error=f"engine failed: {exc!r}",
+                                    error_kind=ErrorKind.UNAVAILABLE)
             self.stats.report(None)
             if self._failure_listener is not None:
                 self._failure_listener(exc)

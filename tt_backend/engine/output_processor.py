@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from tt_backend.contract.errors import ErrorKind
 from tt_backend.contract.modes import FinishReason, RequestStatus
 from tt_backend.contract.sampling import SampledTokens, TokenLogprobs
 from tt_backend.engine.grammar_compiler import GrammarCompiler
@@ -84,7 +85,27 @@ class OutputProcessor:
         """The grammar compiles of parked requests, by request id."""
 
     def admit(self, request: Request, on_output: OutputCallback, arrival: float) -> None:
-        """Start tracking the request and hand it to the scheduler."""
+        """Start tracking the request and hand it to the scheduler. What admission computes from
+        the request's own values (its bad words' tokens, its detokenizer) runs guarded: if it
+        raises, that request alone ends with the error and nothing else is touched."""
+        try:
+            live = self._live_request(request, on_output, arrival)
+        except Exception as exc:  # noqa: BLE001 (this request's values: it alone ends)
+            logger.warning("request %s refused at admission: %s", request.request_id, type(exc).__name__)
+            self._on_finished(request.request_id)
+            on_output(RequestOutput(request.request_id, (), (), "", len(request.prompt_token_ids),
+                                    FinishReason.ERROR, f"the request cannot be served: {exc}",
+                                    error_kind=ErrorKind.INVALID_ARGUMENT))
+            return
+        self.live[request.request_id] = live
+        params = request.sampling
+        if params.structured_outputs is not None:
+            assert self.grammars is not None, "the engine validates structured outputs on add"
+            self._compiling[request.request_id] = self.grammars.submit(params.structured_outputs)
+            request.precondition = lambda: live.grammar is not None  # parked until compiled
+        self.scheduler.add(request)
+
+    def _live_request(self, request: Request, on_output: OutputCallback, arrival: float) -> LiveRequest:
         params = request.sampling
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(64)
         bannable = (() if params.ignore_eos else tuple(sorted(self.eos_token_ids))) + params.stop_token_ids
@@ -92,14 +113,8 @@ class OutputProcessor:
                                        params.bad_words) if params.bad_words else ()
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids,
                                              params.skip_special_tokens)
-        live = LiveRequest(request, detokenizer, on_output, RequestSampling(seed, bannable, bad_words),
+        return LiveRequest(request, detokenizer, on_output, RequestSampling(seed, bannable, bad_words),
                            OutputText(params.stop, params.include_stop_str_in_output), arrival)
-        self.live[request.request_id] = live
-        if params.structured_outputs is not None:
-            assert self.grammars is not None, "the engine validates structured outputs on add"
-            self._compiling[request.request_id] = self.grammars.submit(params.structured_outputs)
-            request.precondition = lambda: live.grammar is not None  # parked until compiled
-        self.scheduler.add(request)
 
     def resolve_grammars(self) -> None:
         """Give each request whose grammar compiled its matcher (so the scheduler admits it); end
@@ -111,18 +126,27 @@ class OutputProcessor:
             try:
                 self.live[request_id].grammar = GrammarMatcher(compiling.result())
             except Exception as exc:  # noqa: BLE001 (the compile error ends only this request)
-                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=str(exc))
+                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=str(exc),
+                            error_kind=ErrorKind.INVALID_ARGUMENT)
 
     def apply(self, step: ScheduledStep, sampled: SampledTokens) -> None:
         """Hand the step's tokens to the scheduler, then process each (with its logprobs)."""
+        rows = zip(step.request_ids, step.plan.rows, strict=True)
+        sampled_ids = [rid for rid, row in rows if row.sample]
         logprobs: dict[str, TokenLogprobs] = {}
         if sampled.logprobs is not None:
-            rows = zip(step.request_ids, step.plan.rows, strict=True)
-            sampled_ids = [rid for rid, row in rows if row.sample]
             logprobs = {rid: lp for rid, lp in zip(sampled_ids, sampled.logprobs, strict=True)
                         if lp is not None}
+        errors: dict[str, str] = {}
+        if sampled.errors is not None:  # rows whose own sampling inputs failed: they alone end
+            errors = {rid: e for rid, e in zip(sampled_ids, sampled.errors, strict=True) if e is not None}
         for token in self.scheduler.update(step, list(sampled.tokens)):
-            self._process_token(token, logprobs.get(token.request.request_id))
+            request_id = token.request.request_id
+            if request_id in errors:
+                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=errors[request_id],
+                            error_kind=ErrorKind.INTERNAL)
+            else:
+                self._process_token(token, logprobs.get(request_id))
 
     def record(self, step: ScheduledStep, sampled: SampledTokens | None, error: Exception | None) -> None:
         """A step's results are in: its tokens (none for an empty step), or the error it failed with."""
@@ -136,26 +160,32 @@ class OutputProcessor:
         logger.error("step failed (%s, %d rows)", step.mode, len(step.plan.rows), exc_info=exc)
         for request_id in step.request_ids:
             if request_id in self.live:
-                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}")
+                self.finish(request_id, RequestStatus.FINISHED_ERROR, error=f"step failed: {exc}",
+                            error_kind=ErrorKind.INTERNAL)
 
-    def finish_all(self, status: RequestStatus, error: str | None = None) -> None:
+    def finish_all(self, status: RequestStatus, error: str | None = None,
+                   error_kind: ErrorKind | None = None) -> None:
         for request_id in list(self.live):
-            self.finish(request_id, status, error=error)
+            self.finish(request_id, status, error=error, error_kind=error_kind)
 
     def finish(self, request_id: str, status: RequestStatus,
                tokens: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
-               error: str | None = None) -> None:
+               error: str | None = None, error_kind: ErrorKind | None = None) -> None:
         """Free the request everywhere and send its one final output (with `tokens`: the context
         and new token ids it still carries)."""
         lane = self.scheduler.lane_of[request_id]
         self.scheduler.finish(request_id, status)
         live = self.live.pop(request_id)
-        self._compiling.pop(request_id, None)
+        compiling = self._compiling.pop(request_id, None)
+        if compiling is not None and self.grammars is not None:
+            self.grammars.release(compiling)  # a compile nobody else waits for is cancelled or dropped
         self._on_finished(request_id)
         context, new = tokens or ((), ())
         reason = status.finish_reason
         self.stats.on_finished(lane, _finished_stats(live, reason, time.monotonic()))
-        live.on_output(self._output(live, context, new, reason, error))
+        if error is not None and error_kind is None:
+            error_kind = ErrorKind.INTERNAL
+        live.on_output(self._output(live, context, new, reason, error, error_kind))
 
     def _process_token(self, sampled: SampledToken, lp: TokenLogprobs | None = None) -> None:
         request, token = sampled.request, sampled.token_id
@@ -188,7 +218,7 @@ class OutputProcessor:
         if live.text.append(text) is not None and error is None:
             reason = RequestStatus.FINISHED_STOPPED
         if reason is not None:
-            self.finish(request.request_id, reason, (context, new), error)
+            self.finish(request.request_id, reason, (context, new), error, ErrorKind.INVALID_ARGUMENT)
         else:
             live.on_output(self._output(live, context, new))
 
@@ -201,7 +231,8 @@ class OutputProcessor:
         return entries
 
     def _output(self, live: LiveRequest, context: tuple[int, ...], new: tuple[int, ...],
-                reason: FinishReason | None = None, error: str | None = None) -> RequestOutput:
+                reason: FinishReason | None = None, error: str | None = None,
+                error_kind: ErrorKind | None = None) -> RequestOutput:
         """The output carrying `new` tokens, the text not handed out yet, and pending logprobs."""
         asked = live.request.sampling.logprobs is not None
         logprobs = None
@@ -209,7 +240,7 @@ class OutputProcessor:
             logprobs, live.logprobs = tuple(live.logprobs), []
         return RequestOutput(live.request.request_id, new, context, live.text.take(reason is not None),
                              len(live.request.prompt_token_ids), reason, error, logprobs,
-                             live.cumulative_logprob if asked else None)
+                             live.cumulative_logprob if asked else None, error_kind if error else None)
 
 
 def _finished_stats(live: LiveRequest, reason: FinishReason, now: float) -> FinishedRequestStats:

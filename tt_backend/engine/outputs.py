@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tt_backend.contract.errors import ErrorKind
 from tt_backend.contract.modes import FinishReason
 
 
@@ -38,6 +39,8 @@ class RequestOutput:
     """One entry per token of `new_token_ids` when the request asked for logprobs."""
     cumulative_logprob: float | None = None
     """Sum of the sampled tokens' logprobs so far, when the request asked for logprobs."""
+    error_kind: ErrorKind | None = None
+    """Whose fault `error` is (set with it): the code each front answers with."""
 
     @property
     def finished(self) -> bool:

@@ -43,6 +43,8 @@ class HostRow:
 class HostSample:
     tokens: torch.Tensor
     logprobs: tuple[TokenLogprobs | None, ...]
+    errors: tuple[str | None, ...] = ()
+    """Per row: why its own processing failed (None: it did not)."""
 
 
 def bad_word_token_ids(encode: Callable[[str], Sequence[int]],
@@ -59,34 +61,56 @@ def bad_word_token_ids(encode: Callable[[str], Sequence[int]],
     return tuple(s for s in sequences if s)
 
 
-def process_logits(logits: torch.Tensor, rows: Sequence[HostRow]) -> torch.Tensor:
-    """The logits sampling sees, row by row; fp32 [N, vocab], a new tensor."""
+def process_logits(logits: torch.Tensor, rows: Sequence[HostRow]) -> tuple[torch.Tensor, list[str | None]]:
+    """The logits sampling sees, row by row (fp32 [N, vocab], a new tensor), and per row why its
+    processing failed. Each row's chain runs guarded: a custom processor or grammar that raises
+    fails its own row (left as it was), never the batch."""
     logits = logits.float().clone()
+    errors: list[str | None] = [None] * len(rows)
     for i, row in enumerate(rows):
-        p = row.params
-        x = logits[i]
-        if p.allowed_token_ids is not None:
-            allowed = torch.zeros_like(x, dtype=torch.bool)
-            allowed[list(p.allowed_token_ids)] = True
-            x.masked_fill_(~allowed, float("-inf"))
-        recent = tuple(row.output_ids)
-        for seq in row.bad_words:
-            prefix = seq[:-1]
-            if len(prefix) <= len(recent) and recent[len(recent) - len(prefix):] == prefix:
-                x[seq[-1]] = float("-inf")
-        for token, bias in p.logit_bias:
-            x[token] += bias
-        if row.banned:
-            x[list(row.banned)] = float("-inf")
-        for name in p.logits_processors:
-            x.copy_(lookup(name)(tuple(row.output_ids), x))
-        _penalise(x, p, row.prompt_ids, row.output_ids)
-    grammars = {i: row.grammar for i, row in enumerate(rows) if row.grammar is not None}
+        try:
+            _process_row(logits[i], row)
+        except Exception as exc:  # noqa: BLE001 (this row's own inputs: it alone fails)
+            errors[i] = f"sampling failed for this request: {type(exc).__name__}: {exc}"
+    grammars = {i: row.grammar for i, row in enumerate(rows) if row.grammar is not None and errors[i] is None}
     if grammars:  # every grammar's mask at once, filled in parallel
-        constrained = list(grammars)
-        allowed = allowed_tokens(list(grammars.values()), logits.shape[1]).to(logits.device)
-        logits[constrained] = logits[constrained].masked_fill(~allowed, float("-inf"))
-    return logits
+        try:
+            _mask(logits, grammars)
+        except Exception:  # noqa: BLE001 (find the row whose grammar fails, mask the others)
+            for i, grammar in grammars.items():
+                try:
+                    _mask(logits, {i: grammar})
+                except Exception as exc:  # noqa: BLE001
+                    errors[i] = f"structured_outputs: the grammar failed: {type(exc).__name__}: {exc}"
+    return logits, errors
+
+
+def _process_row(x: torch.Tensor, row: HostRow) -> None:
+    """One row's chain, in place: allowed ids, bad words, logit bias, bans, processors, penalties."""
+    p = row.params
+    if p.allowed_token_ids is not None:
+        allowed = torch.zeros_like(x, dtype=torch.bool)
+        allowed[list(p.allowed_token_ids)] = True
+        x.masked_fill_(~allowed, float("-inf"))
+    recent = tuple(row.output_ids)
+    for seq in row.bad_words:
+        prefix = seq[:-1]
+        if len(prefix) <= len(recent) and recent[len(recent) - len(prefix):] == prefix:
+            x[seq[-1]] = float("-inf")
+    for token, bias in p.logit_bias:
+        x[token] += bias
+    if row.banned:
+        x[list(row.banned)] = float("-inf")
+    for name in p.logits_processors:
+        x.copy_(lookup(name)(tuple(row.output_ids), x))
+    _penalise(x, p, row.prompt_ids, row.output_ids)
+
+
+def _mask(logits: torch.Tensor, grammars: dict[int, GrammarMatcher]) -> None:
+    """Apply the grammars' allowed-token masks to their rows, in place."""
+    constrained = list(grammars)
+    allowed = allowed_tokens(list(grammars.values()), logits.shape[1]).to(logits.device)
+    logits[constrained] = logits[constrained].masked_fill(~allowed, float("-inf"))
 
 
 def _penalise(x: torch.Tensor, p: SamplingParams, prompt_ids: Sequence[int],
@@ -111,7 +135,7 @@ def _penalise(x: torch.Tensor, p: SamplingParams, prompt_ids: Sequence[int],
 def host_sample(logits: torch.Tensor, rows: Sequence[HostRow], tensors: SamplingTensors) -> HostSample:
     """Process and sample the rows' logits ([N, vocab]); logprobs for the rows that ask."""
     raw = logits.float()
-    processed = process_logits(raw, rows)
+    processed, errors = process_logits(raw, rows)
     tokens = select_tokens(processed, tensors, variant_for([r.params for r in rows]), may_branch=True)
     logprobs: list[TokenLogprobs | None] = [None] * len(rows)
     asking = [i for i, row in enumerate(rows) if row.params.logprobs is not None]
@@ -127,7 +151,7 @@ def host_sample(logits: torch.Tensor, rows: Sequence[HostRow], tensors: Sampling
             alternatives = () if top is None else tuple(
                 zip(top.indices[k, :n].tolist(), top.values[k, :n].tolist(), strict=True))
             logprobs[i] = TokenLogprobs(int(chosen[k]), float(chosen_lp[k, 0]), int(ranks[k]), alternatives)
-    return HostSample(tokens, tuple(logprobs))
+    return HostSample(tokens, tuple(logprobs), tuple(errors))
 
 
 @dataclass(frozen=True)
@@ -140,4 +164,4 @@ class HostBatch:
 
     def sample(self, logits: torch.Tensor) -> SampledTokens:
         sample = host_sample(logits, self.rows, self.tensors.to(logits.device))
-        return SampledTokens.read(sample.tokens, sample.logprobs)
+        return SampledTokens.read(sample.tokens, sample.logprobs, sample.errors)

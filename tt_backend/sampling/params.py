@@ -12,12 +12,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from tt_backend.contract.limits import RequestLimits
 from tt_backend.sampling.structured import StructuredOutputs
+from tt_backend.sampling.values import MAX_INT, MAX_TOKEN_ID, check_text, parse_float, parse_int, short
 
 GREEDY_EPS = 1e-5
 """A temperature below this decodes greedily (vLLM's _SAMPLING_EPS)."""
 MAX_LOGPROBS = 20
 """The most top logprobs a request may ask for per token (vLLM's default max_logprobs)."""
+
 
 # vLLM fields this backend rejects with a reason, instead of silently ignoring them.
 REJECTED = {
@@ -68,25 +71,31 @@ class SamplingParams:
         if self.n != 1:
             raise ValueError(f"n must be 1 (one sequence per request; send {self.n} requests instead), "
                              f"got {self.n}")
-        if self.max_tokens < 1:
+        if not 1 <= self.max_tokens <= MAX_INT:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise ValueError(
                 f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
             raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if self.top_k < -1:
-            raise ValueError(f"top_k must be -1, 0 (disabled) or >= 1, got {self.top_k}")
+        if not -1 <= self.top_k <= MAX_TOKEN_ID:
+            raise ValueError(f"top_k must be -1, 0 (disabled) or in [1, {MAX_TOKEN_ID}], got {self.top_k}")
         if not (0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if not (0 <= self.min_p <= 1):
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.seed is not None and not (0 <= self.seed < 2**64):
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
-        if any(t < 0 for t in self.stop_token_ids):
-            raise ValueError(f"stop_token_ids must be non-negative, got {list(self.stop_token_ids)}")
+        for name, ids in (("stop_token_ids", self.stop_token_ids),
+                          ("allowed_token_ids", self.allowed_token_ids or ())):
+            bad = next((t for t in ids if not 0 <= t <= MAX_TOKEN_ID), None)
+            if bad is not None:
+                raise ValueError(f"{name} must hold token ids in [0, {MAX_TOKEN_ID}], got {short(bad)}")
+        for name in ("stop", "bad_words", "logits_processors"):
+            for i, text in enumerate(getattr(self, name)):
+                check_text(f"{name}[{i}]", text)
         if any(not s for s in self.stop):
-            raise ValueError(f"stop must not contain empty strings, got {list(self.stop)}")
+            raise ValueError(f"stop must not contain empty strings, got {short(list(self.stop))}")
         for name in ("presence_penalty", "frequency_penalty"):
             value = getattr(self, name)
             if not -2 <= value <= 2:
@@ -94,17 +103,30 @@ class SamplingParams:
         if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         for token, bias in self.logit_bias:
-            if token < 0 or not -100 <= bias <= 100:
+            if not 0 <= token <= MAX_TOKEN_ID or not -100 <= bias <= 100:
                 raise ValueError(f"logit_bias maps token ids >= 0 to biases in [-100, 100], "
-                                 f"got {token}: {bias}")
-        if self.allowed_token_ids is not None and (
-                not self.allowed_token_ids or any(t < 0 for t in self.allowed_token_ids)):
-            raise ValueError(f"allowed_token_ids must be a non-empty list of token ids, "
-                             f"got {list(self.allowed_token_ids)}")
+                                 f"got {short(token)}: {bias}")
+        if self.allowed_token_ids is not None and not self.allowed_token_ids:
+            raise ValueError("allowed_token_ids must be a non-empty list of token ids, got []")
         if any(not w.strip() for w in self.bad_words):
-            raise ValueError(f"bad_words must not contain empty strings, got {list(self.bad_words)}")
+            raise ValueError(f"bad_words must not contain empty strings, got {short(list(self.bad_words))}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+
+    def check_limits(self, limits: RequestLimits) -> None:
+        """Refuse lists longer than the engine's limits (ValueError naming the field and option)."""
+        counts = {"logit_bias": len(self.logit_bias), "allowed_token_ids": len(self.allowed_token_ids or ()),
+                  "stop": len(self.stop), "stop_token_ids": len(self.stop_token_ids),
+                  "bad_words": len(self.bad_words), "logits_processors": len(self.logits_processors)}
+        for name, count in counts.items():
+            limit = getattr(limits, f"max_{name}")
+            if count > limit:
+                raise ValueError(f"{name} holds {count} entries, more than max_{name}={limit}")
+        for name in ("stop", "bad_words"):
+            longest = max((len(w) for w in getattr(self, name)), default=0)
+            if longest > limits.max_word_chars:
+                raise ValueError(f"{name} holds a string of {longest} characters, more than "
+                                 f"max_word_chars={limits.max_word_chars}")
 
     @property
     def greedy(self) -> bool:
@@ -154,36 +176,8 @@ class SamplingParams:
         return cls(**kwargs)
 
 
-def _as_int(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"{name} must be an integer, got {value!r}")
-
-
 def _as_optional_int(name: str, value: Any) -> int | None:
-    return None if value is None else _as_int(name, value)
-
-
-def _as_float(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"{name} must be a number, got {value!r}")
+    return None if value is None else parse_int(name, value)
 
 
 def _as_bool(name: str, value: Any) -> bool:
@@ -191,13 +185,13 @@ def _as_bool(name: str, value: Any) -> bool:
         return value
     if isinstance(value, str) and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    raise ValueError(f"{name} must be a boolean, got {value!r}")
+    raise ValueError(f"{name} must be a boolean, got {short(value)}")
 
 
 def _as_int_tuple(name: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, list | tuple):
-        raise ValueError(f"{name} must be a list of integers, got {value!r}")
-    return tuple(_as_int(name, v) for v in value)
+        raise ValueError(f"{name} must be a list of integers, got {short(value)}")
+    return tuple(parse_int(name, v) for v in value)
 
 
 def _as_optional_int_tuple(name: str, value: Any) -> tuple[int, ...] | None:
@@ -212,7 +206,7 @@ def _as_str_tuple(name: str, value: Any) -> tuple[str, ...]:
         return (value,)
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise ValueError(f"{name} must be a string or a list of strings, got {value!r}")
+    raise ValueError(f"{name} must be a string or a list of strings, got {short(value)}")
 
 
 def _as_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
@@ -220,11 +214,11 @@ def _as_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
-        raise ValueError(f"{name} must be an object of token id to bias, got {value!r}")
-    return tuple(sorted((_as_int(name, k), _as_float(name, v)) for k, v in value.items()))
+        raise ValueError(f"{name} must be an object of token id to bias, got {short(value)}")
+    return tuple(sorted((parse_int(name, k), parse_float(name, v)) for k, v in value.items()))
 
 
-_PARSER_BY_TYPE = {"int": _as_int, "float": _as_float, "bool": _as_bool,
+_PARSER_BY_TYPE = {"int": parse_int, "float": parse_float, "bool": _as_bool,
                    "int | None": _as_optional_int, "tuple[int, ...]": _as_int_tuple,
                    "tuple[int, ...] | None": _as_optional_int_tuple, "tuple[str, ...]": _as_str_tuple,
                    "tuple[tuple[int, float], ...]": _as_bias,

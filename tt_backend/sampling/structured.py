@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tt_backend.contract.modes import Named
+from tt_backend.sampling.values import check_text, short
 
 
 class GrammarKind(Named):
@@ -53,10 +54,11 @@ class StructuredOutputs:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
-                raise ValueError(f"{field} must be a JSON object, got {value[:80]!r}") from None
+            except ValueError:  # JSONDecodeError, or a number past 4,300 digits
+                raise ValueError(f"{field} must be a JSON object, got {short(value)}") from None
         if not isinstance(value, dict):
-            raise ValueError(f"{field} must be an object with one of {', '.join(GrammarKind)}, got {value!r}")
+            raise ValueError(f"{field} must be an object with one of {', '.join(GrammarKind)}, "
+                             f"got {short(value)}")
         unknown = sorted(set(value) - set(GrammarKind) - _BACKEND_OPTIONS)
         if unknown:
             raise ValueError(f"{field} has unknown key(s) {unknown}; known: {', '.join(GrammarKind)}")
@@ -65,27 +67,33 @@ class StructuredOutputs:
             raise ValueError(f"{field} must set exactly one of {', '.join(GrammarKind)}, got "
                              f"{[k.value for k in given] or 'none'}")
         kind = given[0]
-        return cls(kind, _spec(f"{field}.{kind.value}", kind, value[kind.value]))
+        name = f"{field}.{kind.value}"
+        return cls(kind, check_text(name, _spec(name, kind, value[kind.value])))
 
 
 def _spec(field: str, kind: GrammarKind, value: Any) -> str:
     if kind is GrammarKind.JSON_OBJECT:
         if value is not True:
-            raise ValueError(f"{field} must be true, got {value!r}")
+            raise ValueError(f"{field} must be true, got {short(value)}")
         return ""
     if kind in (GrammarKind.JSON, GrammarKind.STRUCTURAL_TAG):
         if isinstance(value, str):
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"{field} is not valid JSON ({exc.msg}): {value[:80]!r}") from None
+                raise ValueError(f"{field} is not valid JSON ({exc.msg}): {short(value)}") from None
+            except (ValueError, RecursionError):  # a number past 4,300 digits; deep nesting
+                raise ValueError(f"{field} is not JSON that can be parsed: {short(value)}") from None
         if not isinstance(value, dict | bool):
-            raise ValueError(f"{field} must be a JSON schema object, got {str(value)[:80]!r}")
-        return json.dumps(value, sort_keys=True)
+            raise ValueError(f"{field} must be a JSON schema object, got {short(value)}")
+        try:
+            return json.dumps(value, sort_keys=True)
+        except (ValueError, RecursionError):
+            raise ValueError(f"{field} is not a JSON schema that can be serialized") from None
     if kind is GrammarKind.CHOICE:
         if not (isinstance(value, list) and value and all(isinstance(c, str) and c for c in value)):
-            raise ValueError(f"{field} must be a non-empty list of non-empty strings, got {value!r}")
+            raise ValueError(f"{field} must be a non-empty list of non-empty strings, got {short(value)}")
         return json.dumps(value)
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field} must be a non-empty string, got {value!r}")
+        raise ValueError(f"{field} must be a non-empty string, got {short(value)}")
     return value

@@ -24,12 +24,14 @@ from typing import Any
 import triton_python_backend_utils as pb_utils
 
 from tt_backend.config import EngineConfig
+from tt_backend.contract.errors import ErrorKind, kind_of
 from tt_backend.contract.modes import FinishReason
 from tt_backend.engine.builder import build_engine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
 from tt_backend.text.tokenizer import check_prompt_bytes, max_token_bytes
+from tt_backend.triton.errors import triton_error
 from tt_backend.triton.metrics import EngineMetrics
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import parse_generate_request
@@ -64,6 +66,7 @@ class _Reject:
     message: str
     request_id: str
     """Dropped from the live requests if it was registered before the engine refused it."""
+    kind: ErrorKind
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,8 @@ class TritonPythonModel:
             self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))
             self.engine.add_request(request_id, list(prompt_ids), parsed.sampling,
                                     lambda out: self._queue.put(_Output(out)))
-        except (ValueError, RuntimeError) as exc:
-            self._queue.put(_Reject(sender, str(exc), request_id))
+        except Exception as exc:  # noqa: BLE001 (every refusal is this request's final response)
+            self._queue.put(_Reject(sender, str(exc), request_id, kind_of(exc)))
 
     # ---- responses (the response thread) ---------------------------------------------------
     def _response_loop(self) -> None:
@@ -150,7 +153,7 @@ class TritonPythonModel:
             self._live[item.request_id] = item.live
         elif isinstance(item, _Reject):
             self._live.pop(item.request_id, None)
-            self._send_error(item.sender, item.message)
+            self._send_error(item.sender, item.message, item.kind)
         elif isinstance(item, _Output):
             self._on_output(item.output)
         elif isinstance(item, EngineStats):
@@ -161,25 +164,36 @@ class TritonPythonModel:
             # exits: scripts/supervise.py sees it gone and restarts tritonserver (Triton itself
             # would go on reporting ready while this model fails every request).
             for live in self._live.values():
-                self._send_error(live.sender, f"engine failed: {item.error}")
+                self._send_error(live.sender, f"engine failed: {item.error}", ErrorKind.UNAVAILABLE)
             self._live.clear()
             self.metrics.engine_failed()
             logger.critical("the engine failed (%r); exiting the model instance", item.error)
             os._exit(1)
 
     def _on_output(self, out: RequestOutput) -> None:
-        live = self._live[out.request_id]
+        live = self._live.get(out.request_id)
+        if live is None:  # its stream already ended (its response failed to build): nothing to send
+            return
         if out.finished:
             del self._live[out.request_id]
         if out.finish_reason is FinishReason.ABORT:
             if live.cancel_requested:
-                self._send_error(live.sender, "Request was cancelled", pb_utils.TritonError.CANCELLED)
+                self._send_error(live.sender, "Request was cancelled", cancelled=True)
             else:
-                self._send_error(live.sender, "request aborted: the model is shutting down")
+                self._send_error(live.sender, "request aborted: the model is shutting down",
+                                 ErrorKind.UNAVAILABLE)
         elif out.finish_reason is FinishReason.ERROR:
-            self._send_error(live.sender, out.error or "request failed")
+            self._send_error(live.sender, out.error or "request failed", out.error_kind)
         else:
-            tensors = live.builder.on_output(out)
+            try:
+                tensors = live.builder.on_output(out)
+            except Exception as exc:  # noqa: BLE001 (its response fails to build: it alone ends)
+                logger.exception("request %s: building its response failed", out.request_id)
+                self._live.pop(out.request_id, None)
+                if not out.finished:
+                    self.engine.abort(out.request_id)
+                self._send_error(live.sender, f"building the response failed: {exc}", ErrorKind.INTERNAL)
+                return
             if tensors is not None:
                 flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
                 live.sender.send(_response(tensors), flags=flags)
@@ -191,8 +205,10 @@ class TritonPythonModel:
                 self.engine.abort(request_id)
 
     @staticmethod
-    def _send_error(sender: Any, message: str, code: Any = None) -> None:
-        error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    def _send_error(sender: Any, message: str, kind: ErrorKind | None = None,
+                    cancelled: bool = False) -> None:
+        error = (pb_utils.TritonError(message, pb_utils.TritonError.CANCELLED) if cancelled
+                 else triton_error(message, kind))
         sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
                     flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 

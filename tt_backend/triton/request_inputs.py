@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tt_backend.sampling.params import SamplingParams
+from tt_backend.sampling.params import SamplingParams, parse_float, parse_int
 
 _TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "min_p", "seed",
                 "repetition_penalty", "presence_penalty", "frequency_penalty", "end_id", "pad_id")
@@ -92,6 +92,9 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
                 f"sampling_parameters is not valid JSON ({exc.msg}): {raw_json[:80]!r}") from None
         except RecursionError:
             raise ValueError("sampling_parameters nests too deeply to parse (JSON)") from None
+        except ValueError:  # Python's 4,300-digit limit on integer text
+            raise ValueError("sampling_parameters holds a number too long to parse "
+                             "(over 4300 digits)") from None
         if not isinstance(parsed, dict):
             raise ValueError(f"sampling_parameters must be a JSON object, got {raw_json[:80]!r}")
         values.update(parsed)
@@ -110,7 +113,11 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
         overlap = sorted(set(trt) & set(values))
         if overlap:
             raise ValueError(f"{overlap} given both as input tensors and in sampling_parameters")
-        values.update(_trt_to_vllm(trt))
+        tensors_choose, json_chooses = _SAMPLING_CHOICE & set(trt), _SAMPLING_CHOICE & set(values)
+        if tensors_choose and json_chooses:
+            raise ValueError(f"{sorted(tensors_choose)} given as input tensors and {sorted(json_chooses)} in "
+                             "sampling_parameters: choose the sampling in one place")
+        values.update(_trt_to_vllm(trt, greedy_default=not json_chooses))
     return SamplingParams.from_dict(values)
 
 
@@ -128,19 +135,25 @@ def _guide(inputs: dict[str, np.ndarray]) -> dict[str, Any] | None:
     return {_GUIDE_TYPES[kind]: guide}
 
 
-def _trt_to_vllm(trt: dict[str, Any]) -> dict[str, Any]:
-    """Map TRT-LLM sampling scalars onto SamplingParams values."""
+_SAMPLING_CHOICE = frozenset({"temperature", "top_k", "top_p"})
+
+
+def _trt_to_vllm(trt: dict[str, Any], greedy_default: bool = True) -> dict[str, Any]:
+    """Map TRT-LLM sampling scalars onto SamplingParams values. Without `greedy_default` (the
+    sampling_parameters chose temperature, top_k or top_p) TRT-LLM's greedy default for a request
+    with neither top_k nor top_p does not apply: a max_tokens tensor beside them overrides nothing."""
     out: dict[str, Any] = {}
-    top_k = int(trt.get("top_k", 0))
-    top_p = float(trt.get("top_p", 0.0))
+    top_k = parse_int("top_k", trt.get("top_k", 0))
+    top_p = parse_float("top_p", trt.get("top_p", 0.0))
     if "max_tokens" in trt:
-        out["max_tokens"] = int(trt["max_tokens"])
+        out["max_tokens"] = parse_int("max_tokens", trt["max_tokens"])
     if "min_length" in trt:
-        out["min_tokens"] = int(trt["min_length"])
+        out["min_tokens"] = parse_int("min_length", trt["min_length"])
     if top_k == 0 and top_p == 0.0:
-        out["temperature"] = 0.0  # TRT-LLM: no top-k and no top-p means greedy
+        if greedy_default:
+            out["temperature"] = 0.0  # TRT-LLM: no top-k and no top-p means greedy
     else:
-        out["temperature"] = float(trt.get("temperature", 1.0))
+        out["temperature"] = parse_float("temperature", trt.get("temperature", 1.0))
         out["top_k"] = top_k
         out["top_p"] = top_p if top_p > 0 else 1.0
     for name in ("seed", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
@@ -150,7 +163,7 @@ def _trt_to_vllm(trt: dict[str, Any]) -> dict[str, Any]:
     if "end_id" in trt:
         # end_id replaces the tokenizer's EOS as the token that ends generation.
         out["ignore_eos"] = True
-        out["stop_token_ids"] = [int(trt["end_id"])]
+        out["stop_token_ids"] = [parse_int("end_id", trt["end_id"])]
     # pad_id is accepted for compatibility: outputs are never padded here.
     return out
 

@@ -21,6 +21,7 @@ import triton_python_backend_utils as pb_utils
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.text.detokenizer import delta_text
 from tt_backend.text.tokenizer import check_prompt_bytes, encode_chat, load_tokenizer, max_token_bytes
+from tt_backend.triton.errors import exception_response
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import single_text
 from tt_backend.triton.response_builder import string_tensor
@@ -46,10 +47,6 @@ def _max_positions(model_dir: Path) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _error(message: str) -> Any:
-    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
-
-
 class PreprocessingModel:
     def initialize(self, args: dict[str, str]) -> None:
         self.tokenizer, params, model_dir = _load(args, {"model", "apply_chat_template"})
@@ -66,33 +63,51 @@ class PreprocessingModel:
         return encode_chat(self.tokenizer, text)
 
     def execute(self, requests: list[Any]) -> list[Any]:
+        """One response per request, an error one for whatever its values break (never an
+        exception out of execute, which would fail the whole batch)."""
         responses = []
         for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
             try:
-                text = single_text({"text_input": values}, "text_input")
-                if text is not None and self._max_positions is not None:  # no tokenizing 10 MB
-                    check_prompt_bytes("text_input", text, self._max_positions, self._token_bytes)
-            except ValueError as exc:
-                responses.append(_error(str(exc)))
-                continue
-            assert text is not None  # a required input
-            ids = np.array(self.encode(text), dtype=np.int32)
-            responses.append(pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("input_ids", ids)]))
+                responses.append(self._one(request))
+            except Exception as exc:  # noqa: BLE001 (this request alone)
+                responses.append(exception_response(exc))
         return responses
+
+    def _one(self, request: Any) -> Any:
+        values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+        text = single_text({"text_input": values}, "text_input")
+        if text is None:
+            raise ValueError("text_input is required")
+        if self._max_positions is not None:  # no tokenizing 10 MB
+            check_prompt_bytes("text_input", text, self._max_positions, self._token_bytes)
+        ids = np.array(self.encode(text), dtype=np.int32)
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("input_ids", ids)])
 
 
 class PostprocessingModel:
     def initialize(self, args: dict[str, str]) -> None:
         self.tokenizer, _, _ = _load(args, {"model"})
+        self.vocab_size = len(self.tokenizer)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses = []
         for request in requests:
-            new = pb_utils.get_input_tensor_by_name(request, "output_ids").as_numpy().reshape(-1)
-            context = pb_utils.get_input_tensor_by_name(request, "context_ids").as_numpy().reshape(-1)
-            text = delta_text(self.tokenizer, context.tolist(), new.tolist())
-            responses.append(pb_utils.InferenceResponse(
-                output_tensors=[pb_utils.Tensor("text_output", string_tensor(text))]))
+            try:
+                new, context = (token_ids(request, name, self.vocab_size)
+                                for name in ("output_ids", "context_ids"))
+                text = delta_text(self.tokenizer, context, new)
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("text_output", string_tensor(text))]))
+            except Exception as exc:  # noqa: BLE001 (this request alone)
+                responses.append(exception_response(exc))
         return responses
+
+
+def token_ids(request: Any, name: str, vocab_size: int) -> list[int]:
+    """Input `name` as token ids inside the vocabulary (ValueError naming the input and the id)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    ids = [] if tensor is None else tensor.as_numpy().reshape(-1).tolist()
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"{name} holds {bad}, outside the vocabulary [0, {vocab_size})")
+    return ids
