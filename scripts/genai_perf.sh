@@ -6,6 +6,8 @@
 #
 # genai-perf drives perf_analyzer. The PyPI perf-analyzer (2.58+) needs glibc 2.38; the binary in
 # the tritonclient 2.48.0 wheel runs on Debian 12 with libb64 and libcudart.so.12 on the path.
+# perf_analyzer reads Triton's statistics API, which scripts/serve.sh restricts: run both with the
+# same TT_BACKEND_ADMIN_KEY (sent here as the gRPC header), or serve with --open-admin-api.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${1:?usage: scripts/genai_perf.sh tt_llm|ensemble [genai-perf flags]}
@@ -30,4 +32,5 @@ PATH="$(cd ../../.. && pwd)/$VENV/bin:$PATH" LD_LIBRARY_PATH="$CUDART${LD_LIBRAR
     -u "${GRPC_URL:-127.0.0.1:8001}" --tokenizer "$TOKENIZER" \
     --synthetic-input-tokens-mean 100 --synthetic-input-tokens-stddev 0 \
     --output-tokens-mean 32 --output-tokens-mean-deterministic \
-    --request-count 16 --concurrency 4 "$@"
+    --request-count 16 --concurrency 4 \
+    ${TT_BACKEND_ADMIN_KEY:+--header "triton-grpc-protocol-admin-key:$TT_BACKEND_ADMIN_KEY"} "$@"

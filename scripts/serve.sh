@@ -3,15 +3,24 @@
 #
 #   scripts/serve.sh [--host ADDR] [--http-port N] [--grpc-port N] [--metrics-port N]
 #                    [--openai-host ADDR] [--openai-port N] [--no-openai] [--no-restart]
-#                    [--set KEY=VALUE]... [any other tritonserver flag]...
+#                    [--open-admin-api] [--openai-arg FLAG]... [--set KEY=VALUE]...
+#                    [any other tritonserver flag]...
 #
 # Beside tritonserver runs the OpenAI front (python -m tt_backend.openai_front) on --openai-port
 # (default 9000, on --host unless --openai-host), over Triton's gRPC port; --no-openai turns it off.
+# --openai-arg passes one flag to the front (e.g. --openai-arg=--limit-concurrency=64).
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
 # tritonserver runs in the foreground with its log on stdout, under scripts/supervise.py: when a
 # model's backend process dies (Triton would go on reporting ready while that model fails every
 # request), it restarts tritonserver; --no-restart makes it exit with status 1 instead.
+#
+# Triton's admin APIs (model-repository load/unload, logging and trace settings, shared-memory
+# registration, statistics) need the header `admin-key` (gRPC: `triton-grpc-protocol-admin-key`)
+# set to the env TT_BACKEND_ADMIN_KEY; without it they stay closed behind a random key nobody is
+# told, so no client can turn on verbose logging or tracing (which would log prompts).
+# --open-admin-api (or TT_BACKEND_OPEN_ADMIN_API=1) leaves them open to every client. Inference,
+# health, metadata, model config and the metrics port stay open.
 #
 # Several servers share a host: each run has its own folder (a fresh copy of the repository) and its
 # own shared-memory prefix for the Python backend's stubs (--backend-config=python,
@@ -28,7 +37,9 @@ METRICS_PORT=8002
 OPENAI_HOST=
 OPENAI_PORT=9000
 OPENAI=1
+OPENAI_ARGS=()
 RESTART=()
+OPEN_ADMIN=${TT_BACKEND_OPEN_ADMIN_API:-0}
 SETS=()
 EXTRA=()
 while [ $# -gt 0 ]; do
@@ -40,7 +51,10 @@ while [ $# -gt 0 ]; do
         --openai-host) OPENAI_HOST=$2; shift 2 ;;
         --openai-port) OPENAI_PORT=$2; shift 2 ;;
         --no-openai) OPENAI=0; shift ;;
+        --openai-arg) OPENAI_ARGS+=("$2"); shift 2 ;;
+        --openai-arg=*) OPENAI_ARGS+=("${1#--openai-arg=}"); shift ;;
         --no-restart) RESTART=(--no-restart); shift ;;
+        --open-admin-api) OPEN_ADMIN=1; shift ;;
         --set) SETS+=(--set "$2"); shift 2 ;;
         --set=*) SETS+=(--set "${1#--set=}"); shift ;;
         *) EXTRA+=("$1"); shift ;;
@@ -58,6 +72,31 @@ done
 if [ -z "$SHM_PREFIX" ]; then
     SHM_PREFIX="tt_backend_${RUN_DIR##*.}_" OWN_SHM=1
     EXTRA+=("--backend-config=python,shm-region-prefix-name=$SHM_PREFIX")
+fi
+# The admin APIs, behind one header on both frontends (Triton refuses an API named in two groups,
+# so flags the caller passes for them replace ours).
+ADMIN_APIS=model-repository,logging,trace,shared-memory,statistics
+ADMIN_HEADER=admin-key
+OWN_RESTRICTION=1
+for arg in ${EXTRA[@]+"${EXTRA[@]}"}; do
+    case "$arg" in --http-restricted-api*|--grpc-restricted-protocol*) OWN_RESTRICTION= ;; esac
+done
+if [ "$OPEN_ADMIN" = 1 ]; then
+    echo "[serve] admin APIs ($ADMIN_APIS) open to every client (--open-admin-api)"
+elif [ -z "$OWN_RESTRICTION" ]; then
+    echo "[serve] admin APIs: restricted as the given --http-restricted-api/--grpc-restricted-protocol say"
+else
+    ADMIN_KEY=${TT_BACKEND_ADMIN_KEY:-}
+    if [ -n "$ADMIN_KEY" ]; then
+        echo "[serve] admin APIs ($ADMIN_APIS) need the header $ADMIN_HEADER" \
+            "(gRPC: triton-grpc-protocol-$ADMIN_HEADER) set to TT_BACKEND_ADMIN_KEY"
+    else  # closed: a key for this run only, never shown
+        ADMIN_KEY=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+        echo "[serve] admin APIs ($ADMIN_APIS) closed; to open them set TT_BACKEND_ADMIN_KEY and send" \
+            "it in the header $ADMIN_HEADER (gRPC: triton-grpc-protocol-$ADMIN_HEADER), or pass --open-admin-api"
+    fi
+    EXTRA+=("--http-restricted-api=$ADMIN_APIS:$ADMIN_HEADER=$ADMIN_KEY"
+            "--grpc-restricted-protocol=$ADMIN_APIS:$ADMIN_HEADER=$ADMIN_KEY")
 fi
 # Regions a killed stub left behind under our own prefix go with the run folder.
 cleanup() { rm -rf "$RUN_DIR"; [ -z "$OWN_SHM" ] || rm -f /dev/shm/"$SHM_PREFIX"*; }
@@ -105,7 +144,8 @@ FRONT=
 if [ "$OPENAI" = 1 ]; then
     echo "[serve] OpenAI front http://${OPENAI_HOST:-$HOST}:$OPENAI_PORT/v1 (over grpc $HOST:$GRPC_PORT)"
     "$VENV/bin/python" -m tt_backend.openai_front --host "${OPENAI_HOST:-$HOST}" --port "$OPENAI_PORT" \
-        --triton-url "$HOST:$GRPC_PORT" --model "$MODEL_DIR" --max-model-len "$MAX_MODEL_LEN" &
+        --triton-url "$HOST:$GRPC_PORT" --model "$MODEL_DIR" --max-model-len "$MAX_MODEL_LEN" \
+        ${OPENAI_ARGS[@]+"${OPENAI_ARGS[@]}"} &
     FRONT=$!
 fi
 stop() { kill -TERM $SERVER ${FRONT:+$FRONT} 2>/dev/null || true; }

@@ -16,6 +16,8 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 300
+ADMIN_KEY = "tt-test-admin-key"
+"""The session server's TT_BACKEND_ADMIN_KEY (its admin APIs need it: scripts/serve.sh)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The default repository in fp32 (greedy outputs compared exactly with HF), with the OpenAI front."""
     proc, srv = start_server(tmp_path_factory.mktemp("triton") / "server.log", "dtype=float32",
-                             openai_port=free_ports(1)[0])
+                             openai_port=free_ports(1)[0], env={"TT_BACKEND_ADMIN_KEY": ADMIN_KEY})
     try:
         wait_ready(proc, srv)
         yield srv
