@@ -1,27 +1,37 @@
 """The FastAPI application: routes, error shapes, streaming.
 
 FastAPI (over Starlette and uvicorn) because it is the stack vLLM's OpenAI server uses and is well
-kept; a client that disconnects cancels the response's generator, which cancels its Triton stream.
+kept. A client that disconnects cancels its Triton stream, so the engine aborts the request: a
+streamed response's generator is cancelled by Starlette; a non-streamed request races its
+generation against the client's disconnect (`_unless_disconnected`). Chat templating and
+tokenizing run on a small thread pool, off the event loop that serves every other stream.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-import json
-from collections.abc import AsyncIterator, Callable
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import tritonclient.grpc.aio as grpcclient
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from tt_backend.openai_front.errors import BadRequest
-from tt_backend.openai_front.requests import GenerateCall, Render, chat_call, completion_call
-from tt_backend.openai_front.responses import Choice, Envelope, chat_logprobs, error_body, sse
-from tt_backend.openai_front.tool_calls import ToolCallReader
-from tt_backend.openai_front.triton_stream import Delta, TritonError, stream
+from tt_backend.openai_front.body import BodyLimits, parse, read_body
+from tt_backend.openai_front.errors import BadRequest, RequestError
+from tt_backend.openai_front.events import collect, events
+from tt_backend.openai_front.hosts import AllowedHosts, HostCheck
+from tt_backend.openai_front.requests import GenerateCall, Render, chat_call, chat_prompt, completion_call
+from tt_backend.openai_front.responses import Envelope, error_body
+from tt_backend.openai_front.triton_stream import TritonError, stream
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,26 @@ class FrontConfig:
     max_model_len: int
     triton_model: str = "tt_llm"
     max_body_bytes: int = 4 << 20
+    body_timeout_s: float = 30.0
+    """How long a request body may take to arrive once its headers are in (408 after)."""
+    allowed_hosts: AllowedHosts | None = None
+    """The Host headers answered (None: any); see hosts.py."""
+    tokenizer_threads: int = 2
+    """Threads that run chat templates and tokenizers (they hold the GIL for most of it, so more
+    threads than this buys little on a small machine)."""
+
+    def __post_init__(self) -> None:
+        if self.tokenizer_threads < 1:
+            raise ValueError(f"tokenizer_threads must be >= 1, got {self.tokenizer_threads}")
+        BodyLimits(self.max_body_bytes, self.body_timeout_s)  # raises on a bad limit
+
+    @property
+    def body_limits(self) -> BodyLimits:
+        return BodyLimits(self.max_body_bytes, self.body_timeout_s)
+
+
+class ClientGone(Exception):
+    """The client hung up before its answer was ready."""
 
 
 def _error(message: str, status: int, param: str | None = None) -> JSONResponse:
@@ -44,34 +74,33 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
     `decode`: token ids → text (to echo a completion prompt sent as ids); `encode`: a completion
     prompt's text → token ids (for /tokenize; without it /tokenize takes chat messages only)."""
     clients: dict[str, grpcclient.InferenceServerClient] = {}
+    pools: dict[str, ThreadPoolExecutor] = {}
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         clients["triton"] = grpcclient.InferenceServerClient(config.triton_url)
+        pools["tokenizer"] = ThreadPoolExecutor(config.tokenizer_threads,
+                                                thread_name_prefix="front-tokenizer")
         yield
         await clients["triton"].close()
+        pools["tokenizer"].shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="tt_backend OpenAI front", lifespan=lifespan)
+    if config.allowed_hosts is not None:
+        app.add_middleware(HostCheck, allowed=config.allowed_hosts)
+
+    async def off_loop(fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the tokenizer pool (templates and tokenizers would stall every stream)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(pools["tokenizer"], functools.partial(fn, *args))
 
     async def body_of(request: Request) -> dict[str, Any]:
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > config.max_body_bytes:  # refused before it is read
-            raise BadRequest(f"the request body ({declared} bytes) exceeds {config.max_body_bytes} bytes")
-        raw = await request.body()
-        if len(raw) > config.max_body_bytes:
-            raise BadRequest(f"the request body ({len(raw)} bytes) exceeds {config.max_body_bytes} bytes")
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadRequest(f"the request body is not valid JSON ({exc})") from None
-        except RecursionError:
-            raise BadRequest("the request body nests too deeply to parse (JSON)") from None
-        if not isinstance(body, dict):
-            raise BadRequest("the request body must be a JSON object")
+        body = await off_loop(parse, await read_body(request, config.body_limits))
         model = body.get("model")
         if model != config.served_model:
-            raise LookupError(f"the model {model!r} does not exist; this server serves "
-                              f"{config.served_model!r}")
+            shown = repr(model) if isinstance(model, str | None) else f"of type {type(model).__name__}"
+            raise RequestError(f"the model {shown[:200]} does not exist; this server serves "
+                               f"{config.served_model!r}", 404, "model")
         return body
 
     @app.get("/health")
@@ -88,42 +117,43 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         return {"object": "list", "data": [{"id": config.served_model, "object": "model", "created": 0,
                                             "owned_by": "tt_backend", "max_model_len": config.max_model_len}]}
 
+    def call_of(body: dict[str, Any], chat: bool) -> GenerateCall:
+        if not chat:
+            return completion_call(body)
+        call = chat_call(body, render_chat)
+        if "max_tokens" not in call.sampling:  # what the context has left
+            left = config.max_model_len - len(call.prompt)
+            call = dataclasses.replace(call, sampling={**call.sampling, "max_tokens": max(left, 1)})
+        return call
+
     async def generate(request: Request, chat: bool) -> Response:
         try:
             body = await body_of(request)
-            if chat:
-                call = chat_call(body, render_chat)
-                if "max_tokens" not in call.sampling:  # what the context has left
-                    left = config.max_model_len - len(call.prompt)
-                    call = dataclasses.replace(call, sampling={**call.sampling, "max_tokens": max(left, 1)})
-            else:
-                call = completion_call(body)
-        except BadRequest as exc:
-            return _error(str(exc), 400, exc.param)
-        except LookupError as exc:
-            return _error(str(exc), 404, "model")
-        deltas = stream(clients["triton"], config.triton_model, call).__aiter__()
+            call = await off_loop(call_of, body, chat)
+        except RequestError as exc:
+            return _error(str(exc), exc.status, exc.param)
+        deltas = stream(clients["triton"], config.triton_model, call)
         envelope = Envelope(config.served_model, chat)
-        try:
-            first = await deltas.__anext__()  # a refusal is still an HTTP error, not a stream event
+        streaming = False
+        try:  # a refusal before the first delta is still an HTTP error, not a stream event
+            first = await _unless_disconnected(request, anext(deltas, None))
+            if first is None:
+                return _error("the server ended the request without output", 500)
+            # The prompt is echoed once tt_llm took it (its ids are then the vocabulary's).
+            prefix = await off_loop(echo_text, call) if call.echo else ""
+            if call.stream:
+                streaming = True
+                return StreamingResponse(events(envelope, call, prefix, first, deltas),
+                                         media_type="text/event-stream")
+            choice = await _unless_disconnected(request, collect(chat, call, first, deltas))
         except TritonError as exc:
             return _error(str(exc), exc.status)
-        except StopAsyncIteration:
-            return _error("the server ended the request without output", 500)
-        if call.stream:
-            return StreamingResponse(_events(envelope, call, echo_text(call), first, deltas),
-                                     media_type="text/event-stream")
-        choice = Choice(chat)
-        reader = ToolCallReader(call.tools) if call.tools is not None else None
-        try:
-            _take(choice, first, call, reader)
-            async for delta in deltas:
-                _take(choice, delta, call, reader)
-        except TritonError as exc:
-            return _error(str(exc), exc.status)
-        if reader is not None:
-            _read_calls(choice, reader)
-        return JSONResponse(envelope.completion(choice, echo_text(call)))
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client is gone
+        finally:
+            if not streaming:  # whatever ended this, the Triton stream ends with it
+                await deltas.aclose()
+        return JSONResponse(envelope.completion(choice, prefix))
 
     def echo_text(call: GenerateCall) -> str:
         if not call.echo:
@@ -138,17 +168,13 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
             body = await body_of(request)
             if isinstance(body.get("messages"), list):
                 tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-                ids = render_chat(body["messages"], tools)
+                ids = list(await off_loop(chat_prompt, body["messages"], tools, render_chat))
             elif isinstance(body.get("prompt"), str) and encode is not None:
-                ids = encode(body["prompt"])
+                ids = await off_loop(encode, body["prompt"])
             else:
                 raise BadRequest("tokenize expects `messages` (a list) or `prompt` (a string)", "messages")
-        except BadRequest as exc:
-            return _error(str(exc), 400, exc.param)
-        except LookupError as exc:
-            return _error(str(exc), 404, "model")
-        except (TypeError, ValueError, KeyError) as exc:  # messages the chat template cannot render
-            return _error(f"cannot render the messages: {exc}", 400, "messages")
+        except RequestError as exc:
+            return _error(str(exc), exc.status, exc.param)
         return JSONResponse({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids,
                              "token_strs": None})
 
@@ -163,58 +189,26 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
     return app
 
 
-def _take(choice: Choice, delta: Delta, call: GenerateCall, reader: ToolCallReader | None = None
-          ) -> list[dict[str, Any]]:
-    """Add a delta to the choice (its content through the tool-call reader, if any); return its
-    logprob entries (chat-shaped)."""
-    choice.text.append(delta.text if reader is None else reader.feed(delta.text))
-    choice.num_completion_tokens += delta.num_tokens
-    if delta.num_prompt_tokens is not None:
-        choice.num_prompt_tokens = delta.num_prompt_tokens
-    choice.finish_reason = delta.finish_reason or choice.finish_reason
-    entries = chat_logprobs(delta.logprobs, call.logprobs or 0) if call.logprobs is not None else []
-    choice.logprobs.extend(entries)
-    return entries
-
-
-def _read_calls(choice: Choice, reader: ToolCallReader) -> None:
-    """The output is complete: the rest of its content, its tool calls and their finish reason."""
-    rest, calls = reader.finish()
-    choice.text.append(rest)
-    choice.tool_calls = calls
-    if calls and choice.finish_reason == "stop":
-        choice.finish_reason = reader.tools.finish_reason
-
-
-async def _events(envelope: Envelope, call: GenerateCall, prefix: str, first: Delta,
-                  deltas: AsyncIterator[Delta]) -> AsyncIterator[str]:
-    """The SSE stream: one chunk per delta (the first with the role, or the echoed prompt), the
-    finish reason on the last, then usage if asked, then [DONE]. With tools, content streams until
-    a call may begin; the calls follow in one chunk, then the finish reason in its own. An error
-    mid-stream is an error event before [DONE]."""
-    choice = Choice(envelope.chat)
-    reader = ToolCallReader(call.tools) if call.tools is not None else None
-    delta: Delta | None = first
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result, unless the client hangs up first: then `work` is cancelled (which closes the
+    Triton stream it reads, so the engine aborts the request) and ClientGone is raised."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
     try:
-        while delta is not None:
-            before = len(choice.text)
-            entries = _take(choice, delta, call, reader)
-            text = prefix + choice.text[before]
-            if reader is None or delta.finish_reason is None:
-                if text or reader is None or delta is first:
-                    yield sse(envelope.chunk(text, delta.finish_reason, entries, first=delta is first))
-            else:  # the last delta, with tools: content left, the calls, then the finish reason
-                _read_calls(choice, reader)
-                if text + choice.text[-1]:
-                    yield sse(envelope.chunk(text + choice.text[-1], None, entries, first=delta is first))
-                if choice.tool_calls:
-                    yield sse(envelope.chunk("", None, tool_calls=choice.tool_calls))
-                yield sse(envelope.chunk("", choice.finish_reason))
-            prefix = ""
-            delta = await anext(deltas, None)
-    except TritonError as exc:
-        yield sse(error_body(str(exc), exc.status))
-    else:
-        if call.include_usage:
-            yield sse(envelope.usage_chunk(choice))
-    yield sse("[DONE]")
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has hung up (the body is read: what comes now is the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+

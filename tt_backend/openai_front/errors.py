@@ -1,11 +1,20 @@
-"""The front's request error: HTTP 400 in OpenAI's shape, `param` naming the field."""
+"""The front's request errors: an HTTP status in OpenAI's error shape, `param` naming the field."""
 
 from __future__ import annotations
 
 
-class BadRequest(ValueError):
-    """An invalid request: HTTP 400 with OpenAI's error shape, `param` naming the field."""
+class RequestError(ValueError):
+    """A request the front refuses: `status` is the HTTP status, `param` the field (None: the
+    request as a whole, e.g. its body or its headers)."""
+
+    def __init__(self, message: str, status: int, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.param = param
+
+
+class BadRequest(RequestError):
+    """An invalid request: HTTP 400, `param` naming the field."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, 400, param)

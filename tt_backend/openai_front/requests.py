@@ -92,10 +92,23 @@ def chat_call(body: dict[str, Any], render: Render) -> GenerateCall:
             raise BadRequest("give response_format (or a forced tool call) or structured_outputs, not both",
                              "structured_outputs")
         body = {**body, "structured_outputs": constraint}
-    prompt = tuple(render(rendered, body["tools"] if tools is not None else None))
+    prompt = _render(render, rendered, body["tools"] if tools is not None else None)
     call = _call(body, prompt, max_tokens, "max_completion_tokens" if "max_completion_tokens" in body
                  else "max_tokens", logprobs, echo=False, logprobs_name="top_logprobs")
     return dataclasses.replace(call, tools=tools)
+
+
+def chat_prompt(messages: list[Any], tools: list[dict[str, Any]] | None, render: Render) -> tuple[int, ...]:
+    """The token ids `messages` (checked as a chat request's are) and `tools` render to."""
+    return _render(render, [_message(i, m) for i, m in enumerate(messages)], tools)
+
+
+def _render(render: Render, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+            ) -> tuple[int, ...]:
+    try:
+        return tuple(render(messages, tools))
+    except (TypeError, ValueError, KeyError) as exc:  # what the chat template cannot render
+        raise BadRequest(f"cannot render the messages: {str(exc)[:500]}", "messages") from None
 
 
 def _response_format(value: Any) -> dict[str, Any] | None:
@@ -135,6 +148,10 @@ def _prompt(prompt: Any) -> str | tuple[int, ...]:
         return prompt
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
                                                    for t in prompt):
+        beyond = next((t for t in prompt if not -(2**31) <= t < 2**31), None)
+        if beyond is not None:  # input_ids are INT32; which ids the vocabulary holds, tt_llm says
+            raise BadRequest(f"prompt holds the token id {_short_int(beyond)}, beyond any token id (INT32)",
+                             "prompt")
         return tuple(prompt)
     if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str | list) for p in prompt):
         raise BadRequest(f"prompt holds {len(prompt)} prompts; send one prompt per request", "prompt")
@@ -160,7 +177,7 @@ def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, 
         sampling["logprobs"] = logprobs
     try:
         SamplingParams.from_dict(sampling)
-    except ValueError as exc:
+    except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: float() of a 400-digit int
         message = str(exc)
         named = [n for n in sampling if n in message]
         field = min(named, key=message.index) if named else None
@@ -213,6 +230,10 @@ def _message(index: int, message: Any) -> dict[str, Any]:
     return {"role": "system" if role == "developer" else role, "content": content, **extra}
 
 
+def _short_int(value: int) -> str:
+    return str(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+
+
 def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
     value = body.get(name, default)
     if value is None:
@@ -227,5 +248,7 @@ def _int(body: dict[str, Any], name: str, default: int) -> int:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{name} must be an integer, got {value!r}", name)
+        raise BadRequest(f"{name} must be an integer, got {value!r:.80}", name)
+    if value.bit_length() > 64:
+        raise BadRequest(f"{name} must be an integer within 64 bits, got {_short_int(value)}", name)
     return value

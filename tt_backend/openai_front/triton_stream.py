@@ -5,6 +5,17 @@ for a prompt of token ids), `sampling_parameters` (JSON), `stream`, and the `ret
 the finish reason, the server's token counts and logprobs. The
 request side of the gRPC stream stays open until the final response arrives; leaving the
 iteration early (the HTTP client went away) cancels the stream, and Triton ends the request.
+
+Errors map to HTTP statuses by their gRPC status code, never by their text. Over a stream, Triton
+sends a model's error only as text (`error_message`) unless the stream opens with the header
+`triton_grpc_error: true` (Triton 24.08 / 2.49 on): then it ends the stream with the gRPC status
+its error code maps to (tt_llm's INVALID_ARG → INVALID_ARGUMENT, UNAVAILABLE → UNAVAILABLE, ...).
+What Triton refuses before the model sees it (an unknown model, a bad tensor) still comes as text
+without a code, and is a 500: the front built that request.
+
+Triton 2.51 in that mode frees a request's state on its first error response, so a model must send
+an error with the FINAL flag in the same response (tt_llm does); a FINAL sent later touches freed
+memory (fixed upstream in triton-inference-server/server c1b7cb73c, 2026).
 """
 
 from __future__ import annotations
@@ -12,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +35,17 @@ from tritonclient.utils import InferenceServerException
 from tt_backend.openai_front.requests import GenerateCall
 
 _IDS = itertools.count()
+_GRPC_ERRORS = {"triton_grpc_error": "true"}
+"""Stream headers: a model's error ends the stream with its gRPC status code (see above)."""
+_HTTP_STATUS = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+"""gRPC status → HTTP status (any other code: 500)."""
 
 
 @dataclass(frozen=True)
@@ -38,11 +60,17 @@ class Delta:
 
 
 class TritonError(RuntimeError):
-    """Triton refused or failed the request; `status` is the HTTP status to answer with."""
+    """Triton refused or failed the request; `status` is the HTTP status to answer with, from
+    `code`, the gRPC status (None: an error Triton sent as text only)."""
 
-    def __init__(self, message: str, status: int) -> None:
+    def __init__(self, message: str, status: int, code: grpc.StatusCode | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
+
+    @classmethod
+    def of_code(cls, message: str, code: grpc.StatusCode | None) -> TritonError:
+        return cls(message, _HTTP_STATUS.get(code, 500) if code is not None else 500, code)
 
 
 def _input(name: str, value: np.ndarray, dtype: str) -> grpcclient.InferInput:
@@ -56,7 +84,7 @@ def _text(value: str) -> np.ndarray:
 
 
 async def stream(client: grpcclient.InferenceServerClient, model: str, call: GenerateCall
-                 ) -> AsyncIterator[Delta]:
+                 ) -> AsyncGenerator[Delta, None]:
     """The deltas of one generation, the last with its finish reason."""
     prompt = (_input("text_input", _text(call.prompt), "BYTES") if isinstance(call.prompt, str)
               else _input("input_ids", np.array(call.prompt, dtype=np.int32), "INT32"))
@@ -79,22 +107,22 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
                "enable_empty_final_response": True}
         await finished.wait()  # keep the request side open until the last response
 
-    responses = client.stream_infer(requests())
+    responses = client.stream_infer(requests(), headers=_GRPC_ERRORS)
     try:
         async for result, error in responses:
-            if error is not None:
-                raise _as_error(error)
+            if error is not None:  # refused by Triton before tt_llm saw it: text, no code
+                raise TritonError.of_code(error.message() or str(error), None)
             out = _delta(result)
             final = result.get_response().parameters["triton_final_response"].bool_param
             if out is not None:
                 yield out
             if final:
                 break
-    except InferenceServerException as exc:  # the stream itself failed
-        raise _as_error(exc) from None
-    except grpc.aio.AioRpcError as exc:  # Triton unreachable (UNAVAILABLE) or the call broke
-        status = 503 if exc.code() == grpc.StatusCode.UNAVAILABLE else 500
-        raise TritonError(f"Triton: {exc.details()}", status) from None
+    except grpc.aio.AioRpcError as exc:  # tt_llm's error, Triton unreachable, or the call broke
+        raise TritonError.of_code(exc.details() or str(exc.code()), exc.code()) from None
+    except InferenceServerException as exc:  # the stream could not start: its status is a code's name
+        name = str(exc.status() or "").removeprefix("StatusCode.")
+        raise TritonError.of_code(exc.message() or str(exc), grpc.StatusCode.__members__.get(name)) from None
     finally:
         finished.set()
         responses.cancel()
@@ -113,14 +141,3 @@ def _delta(result: Any) -> Delta | None:
                  None if prompt is None else int(prompt.reshape(-1)[0]),
                  None if finish in (None, "None") else finish,
                  () if logprobs is None else tuple(json.loads(logprobs.reshape(-1)[0].decode())))
-
-
-def _as_error(error: InferenceServerException) -> TritonError:
-    message = error.message() or str(error)
-    status = 400
-    unavailable = "UNAVAILABLE" in str(error.status()) or "unknown model" in message or "not ready" in message
-    if unavailable or "capacity" in message or "shutting down" in message:
-        status = 503  # Triton, or tt_llm, cannot take it now: retry later
-    elif "engine failed" in message or "step failed" in message:
-        status = 500
-    return TritonError(message, status)
