@@ -16,10 +16,14 @@ loopback) and prints sent / completed / cancelled / failed with an error / stuck
           that hangs past step_timeout_s (the watchdog); recovery times measured.
 - soak:   `--soak-minutes` of steady mixed load; RSS, open fds and threads of tritonserver, the
           tt_llm stub and the front sampled every minute; growth after the first minute reported.
+- fuzz:   `--fuzz-requests` hypothesis-drawn requests (tests/fuzz, `--seed`; about 40% valid, the rest
+          hostile) to tt_llm, the ensemble and the front, 16 at a time, beside greedy bystander streams:
+          each ends with one final response, a valid result or an error naming its hostile field; the
+          bystanders' tokens equal alone; the server is not restarted and ends idle.
 
 Exits non-zero if anything is stuck, lost, differs, leaks, or the soak's RSS grows 5% or more.
 
-    make reliability                                   # every scenario (about 15 minutes)
+    make reliability                                   # every scenario (about 50 minutes, 35 of them fuzz)
     .venv/bin/python bench/reliability.py --scenarios load,kv --requests 200 --concurrency 16
 """
 
@@ -45,7 +49,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from compare import prompt_text, start_ours, stop  # noqa: E402
+from compare import RESULTS, prompt_text, start_ours, stop  # noqa: E402
 from reliability_clients import (  # noqa: E402
     ENDINGS,
     Job,
@@ -60,7 +64,7 @@ from reliability_clients import (  # noqa: E402
     settle,
 )
 
-SCENARIOS = ("load", "inputs", "kv", "faults", "soak")
+SCENARIOS = ("load", "inputs", "kv", "faults", "soak", "fuzz")
 RAISE_PREFILL, RAISE_DECODE, HANG_DECODE = 9999, 9997, 9998
 """First tokens of prompts whose prefill step raises, whose decode step raises, whose decode hangs."""
 STEP_TIMEOUT_S = 5
@@ -403,6 +407,30 @@ def scenario_soak(server: Server, args: argparse.Namespace, tokenizer: Any) -> R
     return row
 
 
+def scenario_fuzz(server: Server, args: argparse.Namespace, tokenizer: Any) -> Row:
+    from tests.fuzz.runner import FuzzRun, fuzz
+    from tests.fuzz.server_watch import Endpoints
+    from tt_backend.text.tokenizer import encode_chat
+
+    row = Row("fuzz")
+    log = RESULTS / "reliability_server.log"
+    local = "127.0.0.1"
+    endpoints = Endpoints(f"{local}:{server.grpc}", f"{local}:{server.http}", f"{local}:{server.metrics}",
+                          f"http://{local}:{server.front}/v1", lambda: log.read_text(errors="replace"))
+    prompts = [encode_chat(tokenizer, p) for p in ("Count from one to twenty.", "Describe the sea in one "
+                                                   "sentence.", "Name three colours.")]
+    with FuzzRun(endpoints, prompts, timeout=args.timeout) as run:
+        fuzz(run, args.fuzz_requests, seed=args.seed)
+    report = run.report
+    for verdict, ending in (("ok", "completed"), ("refused", "error"), ("violation", "lost")):
+        row.outcomes[ending] += sum(n for (_, v), n in report.counts.items() if v == verdict)
+    report.write(RESULTS / "reliability_fuzz.txt")
+    row.notes += [report.summary(), f"every violation and client error: {RESULTS / 'reliability_fuzz.txt'}"]
+    if not report.ok:
+        row.problems += report.text(examples=1).splitlines()[1:]
+    return row
+
+
 # ---- the table --------------------------------------------------------------------------------------
 def print_table(rows: list[Row]) -> None:
     print("\nscenario | sent | " + " | ".join(ENDINGS) + " | two finals")
@@ -431,6 +459,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--cancel", type=float, default=0.2)
     parser.add_argument("--soak-minutes", type=int, default=5)
+    parser.add_argument("--fuzz-requests", type=int, default=23000, help="drawn (about 20,000 distinct)")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--port", type=int, default=18600)
@@ -444,13 +473,14 @@ def main() -> int:
 
     tokenizer = load_tokenizer(resolve_model_dir(""))
     rows = []
-    shared = [s for s in chosen if s in ("load", "inputs", "soak")]
+    shared = [s for s in chosen if s in ("load", "inputs", "soak", "fuzz")]
     if shared:
         server = start(args.port, "reliability_server.log", prefix_caching=True)
         try:
             for name in shared:
                 print(f"[reliability] {name} ...", flush=True)
-                runner = {"load": scenario_load, "inputs": scenario_inputs, "soak": scenario_soak}[name]
+                runner = {"load": scenario_load, "inputs": scenario_inputs, "soak": scenario_soak,
+                          "fuzz": scenario_fuzz}[name]
                 rows.append(runner(server, args, tokenizer))
         finally:
             stop(server.proc)
