@@ -142,6 +142,16 @@ def test_a_request_whose_admission_raises_ends_alone(engine: LLMEngine, chat_ids
     assert tokens(run(engine, {"after": (bystander, GREEDY)})["after"]) == alone  # the engine goes on
 
 
+def test_a_bad_word_that_tokenizes_to_nothing_is_named(engine: LLMEngine, chat_ids: ChatIds) -> None:
+    """Only control characters the tokenizer drops: admission read the first of no tokens
+    ('tuple index out of range', found by the fuzz profile)."""
+    outputs = run(engine, {"nothing": (chat_ids("Hi"), SamplingParams(max_tokens=2, bad_words=("\u0014",)))})
+    [final] = outputs["nothing"]
+    assert (final.finish_reason, final.error_kind) == ("error", ErrorKind.INVALID_ARGUMENT)
+    assert final.error == "the request cannot be served: bad_words[0] ('\\x14') tokenizes to no tokens"
+    assert blocks_all_free(engine)
+
+
 def test_a_row_whose_own_host_chain_raises_fails_alone(engine: LLMEngine, chat_ids: ChatIds) -> None:
     """A custom processor that raises on its second call: its request ends with the error; the
     other rows of the same host-path steps (one asks for logprobs) get their tokens as alone."""

@@ -52,8 +52,10 @@ def bad_word_token_ids(encode: Callable[[str], Sequence[int]],
     """Each bad word as token ids, alone and after a space (vLLM's rule: the spaced form is kept
     only when it tokenizes to as many tokens and starts differently)."""
     sequences: list[tuple[int, ...]] = []
-    for word in words:
+    for i, word in enumerate(words):
         plain = tuple(encode(word.lstrip()))
+        if not plain:  # e.g. only control characters the tokenizer drops: nothing to ban
+            raise ValueError(f"bad_words[{i}] ({word!r}) tokenizes to no tokens")
         sequences.append(plain)
         spaced = tuple(encode(" " + word.lstrip()))
         if spaced and spaced[0] != plain[0] and len(spaced) == len(plain):

@@ -74,10 +74,11 @@ class PreprocessingModel:
         return responses
 
     def _one(self, request: Any) -> Any:
-        values = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
-        text = single_text({"text_input": values}, "text_input")
-        if text is None:
-            raise ValueError("text_input is required")
+        tensor = pb_utils.get_input_tensor_by_name(request, "text_input")
+        if tensor is None:  # optional in the configs only so that the ensemble reaches this check
+            raise ValueError("the input text_input is required")
+        text = single_text({"text_input": tensor.as_numpy()}, "text_input")
+        assert text is not None
         if self._max_positions is not None:  # no tokenizing 10 MB
             check_prompt_bytes("text_input", text, self._max_positions, self._token_bytes)
         ids = np.array(self.encode(text), dtype=np.int32)
