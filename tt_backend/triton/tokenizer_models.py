@@ -74,9 +74,11 @@ class PreprocessingModel:
         return responses
 
     def _one(self, request: Any) -> Any:
+        # Optional in the configs only so that the ensemble reaches this check (config.pbtxt).
+        for name in ("text_input", "max_tokens"):
+            if pb_utils.get_input_tensor_by_name(request, name) is None:
+                raise ValueError(f"the input {name} is required")
         tensor = pb_utils.get_input_tensor_by_name(request, "text_input")
-        if tensor is None:  # optional in the configs only so that the ensemble reaches this check
-            raise ValueError("the input text_input is required")
         text = single_text({"text_input": tensor.as_numpy()}, "text_input")
         assert text is not None
         if self._max_positions is not None:  # no tokenizing 10 MB
