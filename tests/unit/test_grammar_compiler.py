@@ -19,7 +19,7 @@ import pytest
 
 from tests.unit.test_engine_sampling import Served, started
 from tt_backend.config import EngineConfig
-from tt_backend.engine.errors import CapacityError
+from tt_backend.contract.errors import CapacityError
 from tt_backend.engine.grammar_compiler import (
     BYTES_PER_SPEC_BYTE,
     ENTRY_BYTES,

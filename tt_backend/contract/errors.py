@@ -17,10 +17,6 @@ class ErrorKind(Named):
     """The server's fault: a step, the device, the model (HTTP 500)."""
 
 
-class RequestError(ValueError):
-    """A request's values cannot be served: the message names the field and the value."""
-
-
 class CapacityError(RuntimeError):
     """The server is full for now; retry later."""
 
