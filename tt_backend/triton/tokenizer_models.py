@@ -75,11 +75,12 @@ class PreprocessingModel:
 
     def _one(self, request: Any) -> Any:
         # Optional in the configs only so that the ensemble reaches this check (config.pbtxt).
-        for name in ("text_input", "max_tokens"):
-            if pb_utils.get_input_tensor_by_name(request, name) is None:
-                raise ValueError(f"the input {name} is required")
-        tensor = pb_utils.get_input_tensor_by_name(request, "text_input")
-        text = single_text({"text_input": tensor.as_numpy()}, "text_input")
+        tensors = {name: pb_utils.get_input_tensor_by_name(request, name)
+                   for name in ("text_input", "max_tokens")}
+        missing = next((name for name, tensor in tensors.items() if tensor is None), None)
+        if missing is not None:
+            raise ValueError(f"the input {missing} is required")
+        text = single_text({"text_input": tensors["text_input"].as_numpy()}, "text_input")
         assert text is not None
         if self._max_positions is not None:  # no tokenizing 10 MB
             check_prompt_bytes("text_input", text, self._max_positions, self._token_bytes)
