@@ -88,7 +88,7 @@ def decode_bytes_per_token(level: str, context: int) -> tuple[float, str]:
     """Bytes one decode step of the default model reads at `level` with dtype=auto, and how."""
     import torch
 
-    from tt_backend.devices.compute_plan import ComputePlan
+    from tt_backend.devices.cpu.compute_plan import ComputePlan
 
     plan = ComputePlan.resolve(torch.device("cpu"), "auto", level)
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = 30, 576, 9, 3, 64, 1536, 49152

@@ -28,9 +28,9 @@ from decode import step_times
 
 from tt_backend.config import EngineConfig
 from tt_backend.contract.step import PlannedRow, StepPlan
-from tt_backend.devices.compute_plan import DTYPES, ComputePlan
-from tt_backend.devices.cpu_isa import probe
-from tt_backend.devices.torch_linear import convert_linears
+from tt_backend.devices.cpu.compute_plan import DTYPES, ComputePlan
+from tt_backend.devices.cpu.isa import probe
+from tt_backend.devices.cpu.linears import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.llama import RMSNorm, _rotate_half

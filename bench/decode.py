@@ -29,8 +29,8 @@ from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import StepVariant, TraceMode
 from tt_backend.contract.sampling import SamplingPlan
 from tt_backend.contract.step import PlannedRow, StepPlan
-from tt_backend.devices.compute_plan import ComputePlan
-from tt_backend.devices.torch_linear import convert_linears
+from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.devices.cpu.linears import convert_linears
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.llama import LlamaForCausalLM
 from tt_backend.models.loader import LoadedModel, load_model, select_kernels

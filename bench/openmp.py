@@ -38,8 +38,8 @@ def measure(repeats: int) -> dict[str, float]:
     """In this process: median ms of the step's linears at each row count, from a worker thread."""
     import torch
 
-    from tt_backend.devices.compute_plan import ComputePlan
-    from tt_backend.devices.torch_linear import convert_linears
+    from tt_backend.devices.cpu.compute_plan import ComputePlan
+    from tt_backend.devices.cpu.linears import convert_linears
 
     plan = ComputePlan.resolve(torch.device("cpu"))
     layers = torch.nn.Sequential(*(torch.nn.Linear(i, o, bias=False) for i, o in LAYER_SHAPES),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytriton
 
-from tt_backend.devices.cpu_isa import IsaLevel, torch_caps_env
+from tt_backend.devices.cpu.isa import IsaLevel, torch_caps_env
 
 TOKENIZER_MODELS = ("preprocessing", "postprocessing")
 PREPROCESSING_ONLY = ("apply_chat_template",)

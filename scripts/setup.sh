@@ -31,14 +31,14 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "[setup] $VENV ready"
 fi
 
-# The native CPU kernels (tt_backend/devices/cpu_kernels.py), one library per cpu_isa level this CPU
+# The native CPU kernels (tt_backend/devices/cpu/kernels.py), one library per cpu_isa level this CPU
 # has: built once (~15 s a level) and cached, so the first server or test does not pay for it; a
 # cached build loads in about a second. Never fatal: without a compiler the engine keeps its torch
 # ops (cpu_kernels=auto).
 if [ ! -f "$VENV/.tt_backend-kernels" ] \
-        || [ -n "$(find tt_backend/devices/csrc tt_backend/devices/cpu_kernels.py tt_backend/devices/cpu_isa.py \
+        || [ -n "$(find tt_backend/devices/cpu/csrc tt_backend/devices/cpu/kernels.py tt_backend/devices/cpu/isa.py \
                  -newer "$VENV/.tt_backend-kernels")" ]; then
-    "$VENV/bin/python" -m tt_backend.devices.cpu_kernels && touch "$VENV/.tt_backend-kernels"
+    "$VENV/bin/python" -m tt_backend.devices.cpu.kernels && touch "$VENV/.tt_backend-kernels"
 fi
 
 # The OpenMP runtime scripts/serve.sh preloads: measured once per machine (bench/openmp.py, ~6 s).

@@ -65,7 +65,7 @@ class EngineConfig:
     """HF-format directory or GGUF file; empty selects the default SmolLM2-135M-Instruct."""
     dtype: Dtype = "auto"
     """auto: bfloat16 on CUDA and on CPUs with AVX-512; below AVX-512, float32 activations with
-    bfloat16 linear weights (see devices/compute_plan.py)."""
+    bfloat16 linear weights (see devices/cpu/compute_plan.py)."""
     device: DeviceName = "auto"
     """cpu, cuda, tt (a Tenstorrent mesh through ttnn), or auto: tt when ttnn imports and reports
     a device, else cuda when torch sees one, else cpu."""

@@ -1,7 +1,7 @@
 """The Tenstorrent mesh options as values: mesh names and shapes, fabric and dispatch choices.
 
 Plain Python (no ttnn), so `config.py` validates them before any device opens and on machines
-without ttnn. The ttnn side (opening the mesh with these values) is `devices/tt_mesh.py`.
+without ttnn. The ttnn side (opening the mesh with these values) is `devices/tt/mesh.py`.
 """
 
 from __future__ import annotations

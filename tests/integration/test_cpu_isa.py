@@ -16,7 +16,7 @@ from tests.integration.clients import grpc_stream, http_generate_stream
 from tests.integration.conftest import Server, start_server, stop_server, wait_ready
 from tests.unit.test_engine import run
 from tt_backend.config import EngineConfig
-from tt_backend.devices.cpu_isa import probe
+from tt_backend.devices.cpu.isa import probe
 from tt_backend.sampling.params import SamplingParams
 
 pytestmark = [pytest.mark.integration,

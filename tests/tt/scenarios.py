@@ -14,7 +14,7 @@ from typing import Any
 import ttnn
 
 from tt_backend.config import EngineConfig
-from tt_backend.devices.tt_mesh import TTMesh, tt_device_count
+from tt_backend.devices.tt.mesh import TTMesh, tt_device_count
 from tt_backend.engine.builder import build_engine, uses_tt
 from tt_backend.engine.tt_builder import load_tt_model
 from tt_backend.mesh_options import MeshOptions
@@ -144,8 +144,7 @@ def paged_ops(params: dict[str, str]) -> dict[str, Any]:
     the last position, padding rows at -1), and paged_fill_cache at every tile-padded prompt length
     up to max_model_len, from the first block and from a cached prefix of one block."""
     import torch
-
-    from tt_backend.devices.tt_paged_ops import decode_step, fill_row
+    from paged_ops import decode_step, fill_row  # tests/tt/paged_ops.py, beside this script
 
     loaded = load_tt_model(_config(params))
     try:

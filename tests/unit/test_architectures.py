@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tt_backend.contract.step import PlannedRow
-from tt_backend.devices.compute_plan import ComputePlan
+from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tt_backend.devices.compute_plan import BF16_LEVELS, ComputePlan
-from tt_backend.devices.cpu_isa import CpuCapabilities, parse_cpuinfo, probe
+from tt_backend.devices.cpu.compute_plan import BF16_LEVELS, ComputePlan
+from tt_backend.devices.cpu.isa import CpuCapabilities, parse_cpuinfo, probe
 
 ZEN3 = "fpu vme sse sse2 ssse3 fma cx16 sse4_1 sse4_2 movbe popcnt aes xsave avx f16c bmi1 avx2 bmi2"
 ICELAKE = ZEN3 + " avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni"

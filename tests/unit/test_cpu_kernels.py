@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tt_backend.devices.cpu_isa import IsaLevel, probe
-from tt_backend.devices.cpu_kernels import CpuKernels, load_kernels
-from tt_backend.devices.torch_linear import SMALL_ROWS, PackedLinear, WideLinear, tile_layout
+from tt_backend.devices.cpu.isa import IsaLevel, probe
+from tt_backend.devices.cpu.kernels import CpuKernels, load_kernels
+from tt_backend.devices.cpu.linears import SMALL_ROWS, PackedLinear, WideLinear, tile_layout
 from tt_backend.models.llama import RMSNorm, _rotate_half
 from tt_backend.models.paged_kv import gather_kv, write_kv
 

@@ -15,8 +15,8 @@ from tests.conftest import CHAT_PROMPTS
 from tests.unit.test_engine import run
 from tt_backend.config import EngineConfig
 from tt_backend.contract.step import PlannedRow
-from tt_backend.devices.compute_plan import BF16_LEVELS, ComputePlan
-from tt_backend.devices.cpu_isa import probe
+from tt_backend.devices.cpu.compute_plan import BF16_LEVELS, ComputePlan
+from tt_backend.devices.cpu.isa import probe
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
 from tt_backend.sampling.params import SamplingParams

@@ -6,7 +6,7 @@ from typing import Any
 import torch
 
 from tt_backend.contract.step import PlannedRow, StepPlan
-from tt_backend.devices.compute_plan import ComputePlan
+from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig
 from tt_backend.runtime.executor import EagerExecutor, model_steps

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tt_backend.contract.step import PlannedRow
-from tt_backend.devices.tt_kv_layout import TTKVGeometry
+from tt_backend.devices.tt.kv_layout import TTKVGeometry
 from tt_backend.runtime.generator_runner import GeneratorRunner
 from tt_backend.runtime.tt_kv_cache import TTPagedKVCache
 

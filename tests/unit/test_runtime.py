@@ -11,7 +11,7 @@ import torch
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import TraceMode
 from tt_backend.contract.step import PlannedRow, StepPlan
-from tt_backend.devices.compute_plan import ComputePlan
+from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.engine.builder import build_runner
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.config import StepShape

@@ -1,2 +1,3 @@
-"""Devices: the Device protocol (allocate, copy in/out, capture, replay, synchronize, release),
-the torch device (CPU, CUDA), and the CPU path's capability probe, compute plan and native kernels."""
+"""Devices: the Device protocol (device.py: allocate, copy in/out, capture, replay, synchronize,
+release) and its implementations by kind: torch/ (CPU, CUDA), cpu/ (the CPU path's probe, compute
+plan, kernels and linears), tt/ (the ttnn mesh and tt-metal's KV layout)."""

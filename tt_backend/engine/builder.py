@@ -8,9 +8,9 @@ import logging
 import torch
 
 from tt_backend.config import EngineConfig
-from tt_backend.devices.compute_plan import ComputePlan
-from tt_backend.devices.torch_device import TorchDevice, select_device
-from tt_backend.devices.tt_mesh import tt_device_count
+from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.devices.torch.device import TorchDevice, select_device
+from tt_backend.devices.tt.mesh import tt_device_count
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.checkpoint import resolve_model_dir

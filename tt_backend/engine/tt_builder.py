@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from tt_backend.config import EngineConfig, check_tt_block_size
-from tt_backend.devices.tt_kv_layout import TTKVGeometry, deallocate_layer_caches
-from tt_backend.devices.tt_mesh import TTMesh, import_ttnn
+from tt_backend.devices.tt.kv_layout import TTKVGeometry, deallocate_layer_caches
+from tt_backend.devices.tt.mesh import TTMesh, import_ttnn
 from tt_backend.engine.builder import scheduler_config
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.mesh_options import MeshOptions

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tt_backend.contract.forward_batch import ForwardBatch
-from tt_backend.devices.cpu_kernels import CpuKernels
+from tt_backend.devices.cpu.kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAMA
 from tt_backend.models.paged_kv import attention_mask, gather_kv, write_kv
 from tt_backend.models.rope import RopeConfig, inv_frequencies
@@ -234,7 +234,7 @@ class LlamaForCausalLM(nn.Module):
         self.kernels: CpuKernels | None = None
 
     def use_native_kernels(self, kernels: CpuKernels) -> None:
-        """Run on the native CPU kernels of one level (`devices/cpu_kernels.py`): decode attention
+        """Run on the native CPU kernels of one level (`devices/cpu/kernels.py`): decode attention
         over the paged cache, RMSNorm with the residual add, SiLU x up, RoPE with the KV write."""
         self.kernels = kernels
         for module in self.modules():

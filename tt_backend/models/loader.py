@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tt_backend.devices.compute_plan import ComputePlan
-from tt_backend.devices.torch_linear import convert_linears
+from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.devices.cpu.linears import convert_linears
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.registry import ModelRegistry, build_registry
 from tt_backend.models.spec import ModelSpec

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tt_backend.devices.tt_kv_layout import TTKVGeometry
+from tt_backend.devices.tt.kv_layout import TTKVGeometry
 
 logger = logging.getLogger(__name__)
 

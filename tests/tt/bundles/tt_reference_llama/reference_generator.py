@@ -17,6 +17,7 @@ prefill row goes to submesh `empty_slots[i] // max_batch_size` (the per-submesh 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,25 @@ import torch
 import ttnn
 
 from tt_backend.contract.forward_batch import ForwardBatch
-from tt_backend.devices.compute_plan import ComputePlan
-from tt_backend.devices.tt_kv_layout import TTKVGeometry, allocate_layer_caches
-from tt_backend.devices.tt_paged_ops import decode_step, fill_row, to_device
+from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.devices.tt.kv_layout import TTKVGeometry, allocate_layer_caches
 from tt_backend.mesh_options import submesh_shape
 from tt_backend.models.loader import load_model
+
+
+def _load_paged_ops() -> Any:
+    """tests/tt/paged_ops.py, by its path: the registry loads this bundle from its file, with no
+    package around it."""
+    path = Path(__file__).resolve().parents[2] / "paged_ops.py"
+    spec = importlib.util.spec_from_file_location("tt_reference_paged_ops", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_ops = _load_paged_ops()
+decode_step, fill_row, to_device = _ops.decode_step, _ops.fill_row, _ops.to_device
 
 
 def create_submeshes(mesh_device: Any, data_parallel: int) -> list[Any]:

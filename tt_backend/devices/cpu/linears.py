@@ -27,8 +27,8 @@ from typing import Any, List, Optional, Union  # noqa: UP035  (TorchScript reads
 import torch
 from torch import nn
 
-from tt_backend.devices.compute_plan import ComputePlan
-from tt_backend.devices.cpu_kernels import CpuKernels
+from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.devices.cpu.kernels import CpuKernels
 
 SMALL_ROWS = 64
 """Up to this many rows a layer with tiles runs on them; beyond, oneDNN (at 128 rows the tile

@@ -45,7 +45,7 @@ _LIBC = _glibc()
 
 def select_device(name: str) -> torch.device:
     """The torch device for `name` (auto: CUDA when torch sees one, else the CPU)."""
-    assert name != "tt", "device=tt is a ttnn mesh (devices/tt_mesh.py), not a torch device"
+    assert name != "tt", "device=tt is a ttnn mesh (devices/tt/mesh.py), not a torch device"
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():

@@ -3,7 +3,7 @@ each op of a step takes, decided once from the CPU probe, `cpu_isa`, `dtype` and
 
 `dtype=auto` on the CPU, from measurements on the machines we have run on:
 - avx512_bf16 and amx (bf16 arithmetic in hardware): bfloat16 throughout, oneDNN's bf16 kernels on
-  prepacked weights (`torch_linear.PackedLinear`), 1.3-1.7x faster than fp32.
+  prepacked weights (`linears.PackedLinear`), 1.3-1.7x faster than fp32.
 - below (avx512, avx2, portable, neon): float32 activations with bfloat16 linear weights. bf16 GEMMs
   there are emulated or slow: 17-19 GFLOP/s against fp32's 53-101 on an AMD Zen 3 (where oneDNN's
   bf16 prepack refuses to run), and with oneDNN held to AVX512_CORE (what a Skylake-SP to Ice Lake
@@ -23,8 +23,8 @@ from typing import Literal
 
 import torch
 
-from tt_backend.devices.cpu_isa import CpuCapabilities, IsaLevel, probe
-from tt_backend.devices.cpu_kernels import CpuKernels, KernelsUnavailable, load_kernels
+from tt_backend.devices.cpu.isa import CpuCapabilities, IsaLevel, probe
+from tt_backend.devices.cpu.kernels import CpuKernels, KernelsUnavailable, load_kernels
 
 logger = logging.getLogger(__name__)
 

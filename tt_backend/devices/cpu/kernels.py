@@ -1,5 +1,5 @@
 """Native CPU kernels of the torch device, built on first use with the system C++ compiler, one
-library per instruction-set level (`cpu_isa.py`).
+library per instruction-set level (`isa.py`).
 
 - `paged_decode_attention` (csrc/paged_decode_attention.cpp): attention of one query token per row
   straight over the paged KV cache. The torch path gathers each row's blocks into a contiguous
@@ -13,7 +13,7 @@ library per instruction-set level (`cpu_isa.py`).
 - `tile_linear` (csrc/tile_linear.cpp): a bf16 linear layer of a few rows on AMX tiles, streaming
   its weight faster than oneDNN does at decode sizes; only in the `amx` library
   (`tile_linear_supported`). `linear` runs it up to a row count and oneDNN's kernel beyond;
-  `devices/torch_linear.py` uses that.
+  `devices/cpu/linears.py` uses that.
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from tt_backend.devices.cpu_isa import LEVEL_FLAGS, IsaLevel, probe
+from tt_backend.devices.cpu.isa import LEVEL_FLAGS, IsaLevel, probe
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class CpuKernels:
 
     def tile_linear(self, x: torch.Tensor, tiles: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x [..., K] @ W.T (+ bias) -> [..., N] in bf16, W [N, K] given in the tile layout
-        (`torch_linear.tile_layout`)."""
+        (`linears.tile_layout`)."""
         out: torch.Tensor = self.ops.tile_linear(x, tiles, bias)
         return out
 
