@@ -1,6 +1,6 @@
 """The Tenstorrent mesh options as values: mesh names and shapes, fabric and dispatch choices.
 
-Plain Python (no ttnn), so `config.py` validates them before any device opens and on machines
+Plain Python (no ttnn), so `config/options.py` validates them before any device opens and on machines
 without ttnn. The ttnn side (opening the mesh with these values) is `devices/tt/mesh.py`.
 """
 

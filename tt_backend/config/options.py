@@ -9,14 +9,20 @@ the model is known, through `resolve_for_model`. A few options default to an env
 from __future__ import annotations
 
 import dataclasses
-import enum
-import os
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tt_backend.config.values import (
+    batched_prefill_disabled_by_env,
+    builtin_models_from_env,
+    check_choice,
+    check_tt_block_size,
+    check_unchunked_budget,
+    extra_models_dir_from_env,
+    parse_value,
+)
 from tt_backend.contract.limits import RequestLimits
 from tt_backend.contract.modes import Named, SampleOnDeviceMode, TraceMode
 from tt_backend.mesh_options import DispatchCoreAxisName, FabricName, MeshOptions, parse_mesh_device
@@ -25,9 +31,6 @@ Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda", "tt"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 # Names users bring from vLLM that this backend refuses, with the reason shown to them.
 _REJECTED_OPTIONS: dict[str, str] = {
@@ -41,22 +44,6 @@ _ALIASES = {"MESH_DEVICE": "mesh_device"}
 # The Tenstorrent mesh options: they apply to device=tt (and auto when it picks a Tenstorrent mesh).
 TT_OPTIONS = ("mesh_device", "fabric_config", "trace_region_size", "l1_small_size", "worker_l1_size",
               "dispatch_core_axis", "num_command_queues")
-TT_BLOCK_MULTIPLE = 32
-"""A TT paged KV cache is TILE-laid (32x32 tiles over block_size x head_dim)."""
-
-
-def _batched_prefill_disabled_by_env() -> bool:
-    return os.environ.get("DISABLE_BATCHED_PREFILL", "0") not in ("", "0")
-
-
-def _builtin_models_from_env() -> bool:
-    return os.environ.get("TT_VLLM_BUILTIN_MODELS", "1") != "0"
-
-
-def _extra_models_dir_from_env() -> str:
-    return os.environ.get("EXTRA_MODELS_DIR", "")
-
-
 @dataclass(frozen=True)
 class EngineConfig:
     """Every option of the engine. Construct directly or with `from_parameters`."""
@@ -99,8 +86,15 @@ class EngineConfig:
     block_size: int = 16
     num_kv_blocks: int | None = None
     """Physical KV blocks per lane; when unset, derived from `kv_cache_memory_bytes`."""
-    kv_cache_memory_bytes: int = 1 << 30
-    """The KV cache's memory, shared by all lanes."""
+    kv_cache_memory_bytes: int | None = None
+    """The KV cache's memory, shared by all lanes; unset (or `auto`): sized after the model loads,
+    `kv_cache_memory_fraction` of the memory left free by the weights and the step's measured peak,
+    at most what max_num_seqs sequences of max_model_len per lane can use (tt_backend/assembly/
+    kv_sizing.py; on a Tenstorrent device, whose DRAM is not measured yet, 1 GiB)."""
+    kv_cache_memory_fraction: float = 0.5
+    """With kv_cache_memory_bytes=auto: the share of the free memory the KV cache takes (on the CPU
+    the rest stays for the tokenizer models, the front and the system; vLLM's CPU backend reserves
+    a fixed 4 GiB instead)."""
     data_parallel_size: int = 1
     """Lanes: independent schedulers and KV caches whose steps run as one batch."""
     tensor_parallel_size: int = 1
@@ -158,13 +152,13 @@ class EngineConfig:
     CPU's fails the load."""
     logits_processor_modules: str = ""
     """Comma-separated Python modules imported at start; they register custom logits processors."""
-    disable_batched_prefill: bool = field(default_factory=_batched_prefill_disabled_by_env)
+    disable_batched_prefill: bool = field(default_factory=batched_prefill_disabled_by_env)
     """Prefill every prompt in its own wave, never batched with others. Default from the env
     DISABLE_BATCHED_PREFILL: set and neither empty nor "0" disables."""
-    builtin_models: bool = field(default_factory=_builtin_models_from_env)
+    builtin_models: bool = field(default_factory=builtin_models_from_env)
     """Register the builtin implementations (false: only the bundles of extra_models_dir). Default
     from the env TT_VLLM_BUILTIN_MODELS: "0" turns them off, any other value or unset keeps them."""
-    extra_models_dir: str = field(default_factory=_extra_models_dir_from_env)
+    extra_models_dir: str = field(default_factory=extra_models_dir_from_env)
     """A folder of model bundles (one folder each, with vllm_metadata.json) registered next to the
     builtins; empty: none. Default from the env EXTRA_MODELS_DIR."""
     enable_lora: bool = False
@@ -176,19 +170,25 @@ class EngineConfig:
             if getattr(self, name) != 1:
                 raise ValueError(f"{name}={getattr(self, name)} is not supported: "
                                  f"{_REJECTED_OPTIONS[name]}")
-        _check_choice("dtype", self.dtype, typing.get_args(Dtype))
-        _check_choice("device", self.device, typing.get_args(DeviceName))
+        check_choice("dtype", self.dtype, typing.get_args(Dtype))
+        check_choice("device", self.device, typing.get_args(DeviceName))
         hints = typing.get_type_hints(type(self))
         for option in dataclasses.fields(self):  # a plain string names its member
             kind = hints[option.name]
             if isinstance(kind, type) and issubclass(kind, Named):
                 object.__setattr__(self, option.name, kind.parse(option.name, getattr(self, option.name)))
-        _check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
-        _check_choice("cpu_isa", self.cpu_isa, typing.get_args(CpuIsaName))
+        check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
+        check_choice("cpu_isa", self.cpu_isa, typing.get_args(CpuIsaName))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
-                     "kv_cache_memory_bytes", "data_parallel_size"):
+                     "data_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
+            raise ValueError(f"kv_cache_memory_bytes must be >= 1 (or auto), got "
+                             f"{self.kv_cache_memory_bytes}")
+        if not 0 < self.kv_cache_memory_fraction <= 1:
+            raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got "
+                             f"{self.kv_cache_memory_fraction}")
         self._check_tt_options()
         self.request_limits  # noqa: B018 (validates the limits, naming the option)
         if self.step_timeout_s < 0:
@@ -212,7 +212,7 @@ class EngineConfig:
             raise ValueError("speculative decoding (speculative_config / num_speculative_tokens) "
                              "is not supported yet")
         if self.enable_chunked_prefill is False and self.max_model_len is not None:
-            _check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
+            check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
         for name in ("grammar_compile_timeout_s", "max_parked_requests"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -225,8 +225,8 @@ class EngineConfig:
         return RequestLimits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RequestLimits)})
 
     def _check_tt_options(self) -> None:
-        _check_choice("fabric_config", self.fabric_config, typing.get_args(FabricName))
-        _check_choice("dispatch_core_axis", self.dispatch_core_axis, typing.get_args(DispatchCoreAxisName))
+        check_choice("fabric_config", self.fabric_config, typing.get_args(FabricName))
+        check_choice("dispatch_core_axis", self.dispatch_core_axis, typing.get_args(DispatchCoreAxisName))
         self.mesh_options(shape=parse_mesh_device(self.mesh_device) if self.mesh_device else None)
         if self.device in ("cpu", "cuda"):
             defaults = EngineConfig.__dataclass_fields__
@@ -261,8 +261,13 @@ class EngineConfig:
                                  f"{', '.join(sorted(known))}")
             if name in values:
                 raise ValueError(f"engine option {name!r} given twice (as {raw_name!r})")
-            values[name] = _parse_value(name, raw_value, hints[name])
+            values[name] = parse_value(name, raw_value, hints[name])
         return cls(**values)
+
+    @property
+    def total_num_seqs(self) -> int:
+        """Running requests of the whole engine: data_parallel_size lanes of max_num_seqs each."""
+        return self.data_parallel_size * self.max_num_seqs
 
     def resolve_for_model(self, model_max_positions: int, kv_bytes_per_token: int,
                           supports_prefix_caching: bool = True,
@@ -281,65 +286,21 @@ class EngineConfig:
         if max_len > model_max_positions:
             raise ValueError(f"max_model_len={max_len} exceeds the model's maximum positions "
                              f"({model_max_positions})")
+        blocks_per_request = -(-max_len // self.block_size)
         num_blocks = self.num_kv_blocks
-        if num_blocks is None:  # the memory budget is shared by the lanes
+        if num_blocks is None and self.kv_cache_memory_bytes is None:
+            # auto: the most a lane can use (every seat at max_model_len); the late sizing shrinks it
+            num_blocks = self.max_num_seqs * blocks_per_request
+        elif num_blocks is None:  # the memory budget is shared by the lanes
+            assert self.kv_cache_memory_bytes is not None
             total = self.kv_cache_memory_bytes // (kv_bytes_per_token * self.block_size)
             num_blocks = max(1, total // self.data_parallel_size)
-        blocks_per_request = -(-max_len // self.block_size)
         if num_blocks < blocks_per_request:
             raise ValueError(
                 f"the KV cache ({num_blocks} blocks of {self.block_size} tokens per lane) cannot hold "
                 f"one request of max_model_len={max_len} ({blocks_per_request} blocks); raise "
                 "num_kv_blocks or kv_cache_memory_bytes, or lower max_model_len or data_parallel_size")
         if not chunked:
-            _check_unchunked_budget(self.max_num_batched_tokens, max_len)
+            check_unchunked_budget(self.max_num_batched_tokens, max_len)
         return dataclasses.replace(self, max_model_len=max_len, num_kv_blocks=num_blocks,
                                    enable_prefix_caching=prefix_caching, enable_chunked_prefill=chunked)
-
-
-def check_tt_block_size(block_size: int) -> None:
-    if block_size % TT_BLOCK_MULTIPLE:
-        raise ValueError(f"block_size={block_size} on a Tenstorrent device: the paged KV cache is laid "
-                         f"out in 32x32 tiles, so block_size must be a multiple of {TT_BLOCK_MULTIPLE} "
-                         "(tt-metal's models use 32 or 64); set block_size=32 or 64")
-
-
-def _check_unchunked_budget(max_num_batched_tokens: int, max_model_len: int) -> None:
-    if max_num_batched_tokens < max_model_len:
-        raise ValueError(
-            f"max_num_batched_tokens={max_num_batched_tokens} is smaller than "
-            f"max_model_len={max_model_len} while chunked prefill is off: a long prompt could "
-            "never be scheduled; enable chunked prefill or raise max_num_batched_tokens")
-
-
-def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}")
-
-
-def _parse_value(name: str, raw: str, hint: Any) -> Any:
-    """Parse one string parameter by the field's type hint (int, bool, str, Literal, Optional)."""
-    text = raw.strip()
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
-        if text.lower() in ("", "none", "null"):
-            return None
-        (hint,) = [a for a in args if a is not type(None)]
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return hint.parse(name, text) if issubclass(hint, Named) else hint(text)
-    if typing.get_origin(hint) is Literal:
-        _check_choice(name, text, typing.get_args(hint))
-        return text
-    if hint is bool:
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ValueError(f"{name}={raw!r} is not a boolean (true/false)")
-    if hint is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"{name}={raw!r} is not an integer") from None
-    assert hint is str, f"unsupported option type {hint} for {name}"
-    return text
