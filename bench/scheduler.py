@@ -1,4 +1,4 @@
-"""Microseconds per scheduling step of one PhaseScheduler lane (no model).
+"""Microseconds per scheduling step of one lane (a one-lane LaneCoordinator, no model).
 
 256 requests run (max_num_seqs=256) and 1,000 wait; each measured step is schedule() plus
 update() with fake sampled tokens, finishing requests at their output length so waiting ones
@@ -15,22 +15,23 @@ from collections import Counter
 
 from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.scheduler.phase_scheduler import PhaseScheduler
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 RUNNING, WAITING, STEPS = 256, 1000, 400
 
 
-def build(caching: bool) -> PhaseScheduler:
+def build(caching: bool) -> LaneCoordinator:
     rng = random.Random(0)
-    s = PhaseScheduler(SchedulerConfig(
+    s = LaneCoordinator(SchedulerConfig(
         max_num_seqs=RUNNING, max_num_batched_tokens=8192, max_model_len=4096, block_size=16,
-        num_blocks=RUNNING * 64 * 2, enable_prefix_caching=caching))
+        num_blocks=RUNNING * 64 * 2, enable_prefix_caching=caching), 1)
+    lane = s.lanes[0]
     for i in range(RUNNING + WAITING):
         prompt = tuple(rng.randrange(49152) for _ in range(rng.randrange(64, 512)))
         s.add(Request(f"r{i}", prompt, SamplingParams(max_tokens=rng.randrange(32, 256))))
-    while s.waiting and len(s.running) < RUNNING:  # admit the first 256 before measuring
+    while lane.waiting and len(lane.running) < RUNNING:  # admit the first 256 before measuring
         step = s.schedule()
         s.update(step, [1] * sum(r.sample for r in step.plan.rows))
     return s
@@ -38,7 +39,8 @@ def build(caching: bool) -> PhaseScheduler:
 
 def measure(caching: bool) -> tuple[float, Counter[str]]:
     s = build(caching)
-    assert len(s.running) == RUNNING and len(s.waiting) >= WAITING - RUNNING
+    lane = s.lanes[0]
+    assert len(lane.running) == RUNNING and len(lane.waiting) >= WAITING - RUNNING
     modes: Counter[str] = Counter()
     start = time.perf_counter()
     for _ in range(STEPS):

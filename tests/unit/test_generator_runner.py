@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tt_backend.contract.step import PlannedRow
+from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.devices.tt.kv_layout import TTKVGeometry
 from tt_backend.runtime.generator_runner import GeneratorRunner
-from tt_backend.runtime.tt_kv_cache import TTPagedKVCache
 
 BLOCKS, CAPACITY, WIDTH, VOCAB = 10, 2, 4, 8
 
@@ -55,10 +55,10 @@ def _runner() -> tuple[GeneratorRunner, RecordingGenerator, Events]:
     return runner, generator, events
 
 
-# The merged plan: lane 0's rows first, then lane 1's, lane 1's blocks offset by BLOCKS.
-ROWS = [PlannedRow((5,), 40, (3, 4), True),                        # lane 0
-        PlannedRow((6,), 7, (BLOCKS + 0,), True),                  # lane 1, local block 0
-        PlannedRow((7,), 33, (BLOCKS + 2, BLOCKS + 9), True)]      # lane 1, local blocks 2, 9
+# The merged plan: lane 0's rows first, then lane 1's, each row with its lane-local block ids.
+ROWS = [PlannedRow((5,), 40, (3, 4), True, lane=0, slot=0),
+        PlannedRow((6,), 7, (0,), True, lane=1, slot=0),
+        PlannedRow((7,), 33, (2, 9), True, lane=1, slot=1)]
 
 
 def test_decode_places_each_lanes_rows_in_its_chunk_with_local_block_ids() -> None:
@@ -79,27 +79,49 @@ def test_decode_places_each_lanes_rows_in_its_chunk_with_local_block_ids() -> No
     assert runner.traced_steps == 1
 
 
+def test_decode_rows_land_at_lane_times_capacity_plus_their_slot() -> None:
+    runner, generator, _ = _runner()
+    # Slot 0 of each lane is free (its request finished): the rows keep their slots, not packed.
+    rows = [PlannedRow((5,), 12, (3,), True, lane=0, slot=1),
+            PlannedRow((6,), 20, (1, 2), True, lane=1, slot=1)]
+    logits = runner.decode(rows)
+    (_, call), = generator.calls
+    assert call["tokens"][:, 0].tolist() == [0, 5, 0, 6]
+    assert call["start_pos"].tolist() == [-1, 12, -1, 20]
+    assert call["page_table"].tolist() == [[10, 10, 10, 10], [3, 10, 10, 10],
+                                           [10, 10, 10, 10], [1, 2, 10, 10]]
+    assert logits[:, 0].tolist() == [5.0, 6.0]
+
+
 def test_prefill_sends_each_row_to_its_lane_by_empty_slots() -> None:
     runner, generator, _ = _runner()
-    rows = [PlannedRow((11, 12, 13), 0, (1,), True), PlannedRow((21, 22), 32, (BLOCKS + 5, BLOCKS + 6), True),
-            PlannedRow((31,), 0, (BLOCKS + 7,), True)]
+    rows = [PlannedRow((11, 12, 13), 0, (1,), True, lane=0, slot=1),
+            PlannedRow((21, 22), 32, (5, 6), True, lane=1, slot=0),
+            PlannedRow((31,), 0, (7,), True, lane=1, slot=1)]
     logits = runner.prefill(rows)
     (mode, call), = generator.calls
     assert mode == "prefill"
     assert call["tokens"].tolist() == [[11, 12, 13], [21, 22, 0], [31, 0, 0]]
     assert call["prompt_lens"] == [3, 2, 1] and call["start_pos"] == [0, 32, 0]
-    # tt-metal: model_id = slot // max_batch_size_per_model (CAPACITY)
-    assert call["empty_slots"] == [0, 2, 3]
+    # each row's lane × CAPACITY + slot; tt-metal: model_id = slot // max_batch_size_per_model (CAPACITY)
+    assert call["empty_slots"] == [1, 2, 3]
     assert call["page_table"].tolist() == [[1, 10, 10, 10], [5, 6, 10, 10], [7, 10, 10, 10]]
     assert call["kv_cache"] == ["lane-0 cache", "lane-1 cache"]
     assert logits[:, 0].tolist() == [11.0, 21.0, 31.0]
 
 
-def test_a_lane_holding_more_rows_than_its_capacity_is_refused() -> None:
+def test_a_slot_past_the_lanes_capacity_is_refused() -> None:
     runner, _, _ = _runner()
-    rows = [PlannedRow((i,), 0, (BLOCKS + i,), True) for i in range(CAPACITY + 1)]
-    with pytest.raises(AssertionError, match="^lane 1 holds more rows than its capacity$"):
+    rows = [PlannedRow((i,), 0, (i,), True, lane=1, slot=i) for i in range(CAPACITY + 1)]
+    with pytest.raises(AssertionError, match="^lane 1 slot 2 is past its capacity 2$"):
         runner.decode(rows)
+
+
+def test_block_ids_that_are_not_lane_local_are_refused() -> None:
+    runner, _, _ = _runner()
+    with pytest.raises(AssertionError,
+                       match=r"^block ids \(3, 10\) are not lane-local \(each lane has 10\)$"):
+        runner.decode([PlannedRow((1,), 4, (3, BLOCKS), True, lane=1, slot=0)])
 
 
 def test_warmup_calls_the_generators_hooks_with_the_arguments_they_name() -> None:

@@ -1,4 +1,5 @@
-"""LaneCoordinator: assignment, one mode per step, the zero-admit retry, merge/split, isolation."""
+"""LaneCoordinator: assignment, one mode per step, the zero-admit retry, the deadlock preemption,
+merge/split with lane-local block ids and each row's lane and slot, async continuation, isolation."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def test_zero_admit_prefill_is_retried_as_decode() -> None:
     assert c.lanes[1].requests["d"].status is RequestStatus.WAITING
 
 
-def test_merge_offsets_blocks_by_lane_and_split_returns_tokens_by_lane() -> None:
+def test_merge_keeps_lane_local_block_ids_with_each_rows_lane_and_slot_and_split_returns_tokens_by_lane(
+) -> None:
     c = make(2, num_blocks=16)
     c.add(req("a", 6))
     c.add(req("b", 3))
@@ -90,13 +92,52 @@ def test_merge_offsets_blocks_by_lane_and_split_returns_tokens_by_lane() -> None
     step = c.schedule()
     assert step.request_ids == ("a", "c", "b")  # lane 0 (a, c), then lane 1 (b)
     a, cc, b = step.plan.rows
-    assert (a.block_ids, cc.block_ids, b.block_ids) == ((0, 1), (2,), (16,))  # lane 1's block 0 is 16
+    assert (a.block_ids, cc.block_ids, b.block_ids) == ((0, 1), (2,), (0,))  # lane 1's own block 0
+    assert [(row.lane, row.slot) for row in step.plan.rows] == [(0, 0), (0, 1), (1, 0)]
     c.update(step, [11, 12, 13])
     assert [c.requests[rid].output_token_ids for rid in "acb"] == [[11], [12], [13]]
-    assert c.lanes[1].kv.block_ids("b") == (0,)  # lane-local ids inside the lane
+    assert c.lanes[1].kv.block_ids("b") == (0,)  # the same ids inside the lane
     step = c.schedule()
-    assert step.plan.mode == "decode" and [r.block_ids for r in step.plan.rows] == [(0, 1), (2,), (16,)]
+    assert step.plan.mode == "decode" and [r.block_ids for r in step.plan.rows] == [(0, 1), (2,), (0,)]
+    assert [(row.lane, row.slot) for row in step.plan.rows] == [(0, 0), (0, 1), (1, 0)]
     assert [p.step.request_ids for p in step.lanes] == [("a", "c"), ("b",)]
+
+
+def test_decode_continuation_keeps_each_rows_lane_and_slot() -> None:
+    c = make(2, num_blocks=16, budget=8)
+    for rid, n in (("a", 3), ("z", 2), ("b", 3)):  # lanes 0, 1, 0
+        c.add(req(rid, n))
+    advance(c, c.schedule())
+    decode = c.schedule()
+    assert decode.plan.mode == "decode" and decode.request_ids == ("a", "b", "z")
+    follow = c.schedule_decode_continuation(decode)
+    assert follow is not None and follow.request_ids == ("a", "b", "z")
+    assert [(row.token_ids, row.start_position, row.lane, row.slot) for row in follow.plan.rows] == [
+        ((0,), 4, 0, 0), ((0,), 4, 0, 1), ((0,), 3, 1, 0)]  # one position on; tokens fed back on device
+    assert [row.block_ids for row in follow.plan.rows] == [(0, 2), (1, 3), (0,)]  # position 4 opens a block
+    assert [p.lane for p in follow.lanes] == [0, 1]
+    c.add(req("long", 20))  # lane 1: wants prefill, so the steady path ends
+    assert c.schedule_decode_continuation(follow) is None
+
+
+def test_partial_prefills_that_cannot_continue_preempt_each_lanes_newest_and_reschedule() -> None:
+    # Each lane's 20-token prompt outgrows its 4 free blocks after two chunks: nothing can be
+    # prefilled and nothing decodes, so each lane preempts its newest (here its only) request and
+    # the step is scheduled again, prefilling both from the start.
+    c = make(2, num_blocks=4, budget=8)
+    c.add(req("a", 20))  # lane 0
+    c.add(req("z", 20))  # lane 1
+    for start in (0, 8):
+        step = c.schedule()
+        assert step.plan.mode == "prefill" and step.request_ids == ("a", "z") and not step.preempted
+        assert [(row.start_position, len(row.token_ids)) for row in step.plan.rows] == [(start, 8)] * 2
+        advance(c, step)
+    step = c.schedule()
+    assert step.preempted == ("a", "z")
+    assert step.plan.mode == "prefill" and step.request_ids == ("a", "z")
+    assert [(row.start_position, len(row.token_ids), row.lane, row.slot) for row in step.plan.rows] == [
+        (0, 8, 0, 0), (0, 8, 1, 0)]
+    assert [lane.stats.preemptions for lane in c.lanes] == [1, 1]
 
 
 def test_kv_exhaustion_preempts_only_the_lanes_own_requests() -> None:

@@ -1,15 +1,17 @@
-from tt_backend.contract.modes import RequestStatus
+"""One lane under the LaneCoordinator's mode policy: exact steps, blocks, slots and preemptions."""
+
+from tt_backend.contract.modes import RequestStatus, StepMode
 from tt_backend.sampling.params import SamplingParams
-from tt_backend.scheduler.phase_scheduler import PhaseScheduler
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 
 def make(num_blocks: int = 16, budget: int = 64, max_seqs: int = 4, block_size: int = 4,
-         chunked: bool = True) -> PhaseScheduler:
-    return PhaseScheduler(SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
-                                          max_model_len=64, block_size=block_size,
-                                          num_blocks=num_blocks, enable_chunked_prefill=chunked))
+         chunked: bool = True) -> LaneCoordinator:
+    return LaneCoordinator(SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
+                                           max_model_len=64, block_size=block_size,
+                                           num_blocks=num_blocks, enable_chunked_prefill=chunked), 1)
 
 
 def req(rid: str, n: int, max_tokens: int = 8) -> Request:
@@ -25,6 +27,7 @@ def test_prefill_then_decode_with_exact_blocks() -> None:
     a, b = step.plan.rows
     assert (a.token_ids, a.start_position, a.block_ids, a.sample) == (tuple(range(100, 106)), 0, (0, 1), True)
     assert (b.block_ids, b.sample) == ((2,), True)
+    assert [(row.lane, row.slot) for row in step.plan.rows] == [(0, 0), (0, 1)]
     s.update(step, [7, 8])
     step = s.schedule()
     assert step.plan.mode == "decode" and step.request_ids == ("a", "b")
@@ -32,6 +35,7 @@ def test_prefill_then_decode_with_exact_blocks() -> None:
     assert (a.token_ids, a.start_position, a.block_ids) == ((7,), 6, (0, 1))
     # b's 4th token (position 3) still fits its first block.
     assert (b.token_ids, b.start_position, b.block_ids) == ((8,), 3, (2,))
+    assert [(row.lane, row.slot) for row in step.plan.rows] == [(0, 0), (0, 1)]
     s.update(step, [9, 10])
     assert s.schedule().plan.rows[1].block_ids == (2, 3)  # position 4 opens b's second block
 
@@ -48,11 +52,11 @@ def test_long_prompt_is_chunked_and_decode_interleaves() -> None:
         modes.append(step.plan.mode)
         if step.plan.mode == "prefill":
             row = step.plan.rows[0]
-            chunks.append((row.start_position, len(row.token_ids), row.sample))
+            chunks.append((row.start_position, len(row.token_ids), row.sample, row.slot))
         s.update(step, [5] * sum(r.sample for r in step.plan.rows))
     # A decode step after each chunk that leaves the prompt partial; none before its first chunk.
     assert modes == ["prefill", "decode", "prefill", "decode", "prefill", "decode"]
-    assert chunks == [(0, 8, False), (8, 8, False), (16, 4, True)]
+    assert chunks == [(0, 8, False, 1), (8, 8, False, 1), (16, 4, True, 1)]  # every chunk in long's slot
 
 
 def test_a_burst_is_prefilled_back_to_back_before_decode() -> None:
@@ -80,6 +84,7 @@ def test_unchunked_prompt_waits_for_budget() -> None:
 
 def test_decode_preempts_newest_and_resume_recomputes() -> None:
     s = make(num_blocks=3, block_size=4)
+    lane = s.lanes[0]
     s.add(req("old", 4))
     s.add(req("new", 4))
     step = s.schedule()
@@ -91,14 +96,14 @@ def test_decode_preempts_newest_and_resume_recomputes() -> None:
     assert step.preempted == ("new",)
     assert step.plan.rows[0].block_ids == (0, 2)
     new = s.requests["new"]
-    assert (new.status, s.kv.block_ids("new"), new.num_computed_tokens) == (RequestStatus.PREEMPTED, (), 0)
+    assert (new.status, lane.kv.block_ids("new"), new.num_computed_tokens) == (RequestStatus.PREEMPTED, (), 0)
     s.update(step, [3])
     s.finish("old", RequestStatus.FINISHED_STOPPED)
     step = s.schedule()
     # Resume: prompt and the token sampled before preemption are prefilled again.
     assert step.plan.mode == "prefill" and step.request_ids == ("new",)
     assert step.plan.rows[0].token_ids == (100, 101, 102, 103, 2)
-    assert s.pool.num_free == 3 - 2
+    assert lane.pool.num_free == 3 - 2
 
 
 def test_zero_admit_prefill_falls_back_to_decode() -> None:
@@ -127,12 +132,13 @@ def test_abort_in_every_state_frees_blocks() -> None:
     assert step.request_ids == ("r",)
     for rid in ("w", "r", "c"):
         assert s.finish(rid, RequestStatus.FINISHED_ABORTED) is not None
-    assert s.pool.num_free == 8 and not s.has_work
+    assert s.lanes[0].pool.num_free == 8 and not s.has_work
     assert s.finish("w", RequestStatus.FINISHED_ABORTED) is None
 
 
 def test_slots_are_taken_lowest_first_released_on_finish_and_preemption() -> None:
     s = make(num_blocks=16, max_seqs=3)
+    lane = s.lanes[0]
     for rid in "abc":
         s.add(req(rid, 3))
     step = s.schedule()
@@ -141,11 +147,13 @@ def test_slots_are_taken_lowest_first_released_on_finish_and_preemption() -> Non
     s.finish("a", RequestStatus.FINISHED_ABORTED)
     s.add(req("d", 3))
     step = s.schedule()  # d is admitted into a's slot
-    assert step.plan.mode == "prefill" and s.requests["d"].slot == 0
+    assert step.plan.mode == "prefill" and s.requests["d"].slot == 0 and step.plan.rows[0].slot == 0
     s.update(step, [6])
     step = s.schedule()
     assert step.plan.mode == "decode" and step.request_ids == ("d", "b", "c")  # slot order
-    s._preempt(s.requests["b"])
+    assert [row.slot for row in step.plan.rows] == [0, 1, 2]
+    lane._preempt(lane.requests["b"])
     assert s.requests["b"].slot is None and s.requests["b"].status is RequestStatus.PREEMPTED
-    resumed = s.schedule(mode="prefill")
+    resumed = lane.schedule(StepMode.PREFILL)
     assert resumed.request_ids == ("b",) and s.requests["b"].slot == 1  # resumed into a free slot
+    assert (resumed.plan.rows[0].lane, resumed.plan.rows[0].slot) == (0, 1)

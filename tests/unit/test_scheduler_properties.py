@@ -1,9 +1,11 @@
-"""Property tests: the phase scheduler under random workloads keeps its invariants.
+"""Property tests: one lane's scheduler, under the coordinator's mode policy and random workloads,
+keeps its invariants.
 
 A small simulation plays the engine: it adds requests as they arrive, aborts some, runs each
 scheduled step with a fake sampler, finishes requests at their output length, and checks after
 every step that
-- no step mixes prefill and decode, and rows continue exactly where each request stopped;
+- no step mixes prefill and decode, and rows continue exactly where each request stopped, in
+  the lane and at the slot their request holds;
 - KV is never over capacity, and each block is referenced exactly by the requests holding it;
 - when decode work exists, a decode step comes within the configured cadence;
 and at the end that every request finished or was aborted and every block is free.
@@ -19,6 +21,7 @@ from hypothesis import strategies as st
 
 from tt_backend.contract.modes import RequestStatus
 from tt_backend.sampling.params import SamplingParams
+from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.phase_scheduler import PhaseScheduler
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
@@ -82,10 +85,11 @@ def fake_token(request: Request) -> int:
 @given(setup=setups, workload=st.lists(arrivals, min_size=1, max_size=12))
 def test_scheduler_invariants(setup: Setup, workload: list[Arrival]) -> None:
     budget = setup.budget if setup.chunked else max(setup.budget, MAX_LEN)
-    s = PhaseScheduler(SchedulerConfig(
+    c = LaneCoordinator(SchedulerConfig(
         max_num_seqs=setup.max_seqs, max_num_batched_tokens=budget, max_model_len=MAX_LEN,
         block_size=BLOCK, num_blocks=setup.num_blocks, enable_chunked_prefill=setup.chunked,
-        enable_prefix_caching=setup.caching, decode_steps_between_prefills=setup.cadence))
+        enable_prefix_caching=setup.caching, decode_steps_between_prefills=setup.cadence), 1)
+    s = c.lanes[0]
     live: dict[str, Arrival] = {}
     added_at: dict[str, int] = {}
     ended: set[str] = set()
@@ -99,25 +103,26 @@ def test_scheduler_invariants(setup: Setup, workload: list[Arrival]) -> None:
                 req = Request(rid, prompt(a, i), SamplingParams(max_tokens=a.output_len),
                               precondition=(lambda t=ready_at, n=[step_no]: _tick(n) >= t)
                               if a.parked_steps else None)
-                s.add(req)
+                c.add(req)
                 live[rid], added_at[rid] = a, step_no
         for rid, a in list(live.items()):
             if a.abort_after is not None and step_no - added_at[rid] == a.abort_after:
-                assert s.finish(rid, RequestStatus.FINISHED_ABORTED) is not None
+                assert c.finish(rid, RequestStatus.FINISHED_ABORTED) is not None
                 del live[rid]
                 ended.add(rid)
-        if not s.has_work and all(a.step < step_no for a in workload):
+        if not c.has_work and all(a.step < step_no for a in workload):
             break
 
         decode_ready_before = any(not r.is_prefilling for r in s.running)
         computed_before = {rid: r.num_computed_tokens for rid, r in s.requests.items()}
-        step = s.schedule()
+        step = c.schedule()
         mode = step.plan.mode
         if decode_owed > 0 and decode_ready_before:
             assert mode == "decode", "a decode step was owed after prefill"
         for row, rid in zip(step.plan.rows, step.request_ids, strict=True):
             req = s.requests[rid]
             assert req.status is RequestStatus.RUNNING
+            assert (row.lane, row.slot) == (0, req.slot)
             if rid not in step.preempted:
                 # Rows continue exactly where the request stopped (prefix hits count as done).
                 assert row.start_position == req.num_computed_tokens
@@ -137,10 +142,10 @@ def test_scheduler_invariants(setup: Setup, workload: list[Arrival]) -> None:
 
         sampled = [fake_token(s.requests[rid]) for rid, row in zip(step.request_ids, step.plan.rows,
                                                                    strict=True) if row.sample]
-        for token in s.update(step, sampled):
+        for token in c.update(step, sampled):
             req = token.request
             if len(req.output_token_ids) >= live[req.request_id].output_len:
-                s.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
+                c.finish(req.request_id, RequestStatus.FINISHED_LENGTH)
                 del live[req.request_id]
                 ended.add(req.request_id)
         check_blocks(s)
@@ -148,7 +153,7 @@ def test_scheduler_invariants(setup: Setup, workload: list[Arrival]) -> None:
     event(f"prefix hits: {s.stats.prefix_cache_hits > 0}")
     event(f"parked: {any(a.parked_steps for a in workload)}")
     event(f"chunked prompt: {setup.chunked and any(a.prompt_len > setup.budget for a in workload)}")
-    assert not s.has_work, f"unfinished: {[(r.request_id, r.status) for r in s.requests.values()]}"
+    assert not c.has_work, f"unfinished: {[(r.request_id, r.status) for r in s.requests.values()]}"
     assert ended == {f"r{i}" for i in range(len(workload))}
     assert s.pool.num_free == setup.num_blocks
 

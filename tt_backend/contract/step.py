@@ -1,7 +1,8 @@
 """The immutable plan of one step, as the executor sees it (no torch, no request objects).
 
 The scheduler produces a `StepPlan`; the executor turns it into device tensors. A row knows its
-tokens, where they sit in the sequence, and its page table: nothing about requests.
+tokens, where they sit in the sequence, its page table, its lane and its slot: nothing about
+requests. Block ids are lane-local: each runner maps a lane's ids onto its own cache region.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ class PlannedRow:
     start_position: int
     """Absolute position of token_ids[0]; the row's context after the step is start + len."""
     block_ids: tuple[int, ...]
-    """Physical KV blocks in logical order, covering at least start + len tokens."""
+    """The lane's own KV blocks (0 ≤ id < the lane's num_blocks) in logical order, covering at least
+    start + len tokens."""
     sample: bool
     """Whether the last token's logits produce a new token (false for non-final chunks)."""
+    lane: int = 0
+    """The data-parallel lane whose scheduler planned the row, and whose KV region its blocks are in."""
+    slot: int = 0
+    """The request's slot within its lane (0 ≤ slot < max_num_seqs), held while it runs: a runner
+    with a fixed batch per lane places the row there."""
 
     def __post_init__(self) -> None:
         assert self.token_ids, "a planned row computes at least one token"
+        assert self.lane >= 0 and self.slot >= 0, f"lane {self.lane}, slot {self.slot}"
 
     @property
     def context_len(self) -> int:

@@ -33,14 +33,12 @@ class TraceConfig:
     """Resolved: never AUTO."""
 
     @classmethod
-    def resolve(cls, mode: str, device_type: str = "cpu") -> TraceConfig:
-        """`auto`: every step on the CPU, where one TorchScript graph serves all shapes of a step
-        so capturing the ~1000 shapes of the default model takes under 2 s; decode only on
-        devices that capture one graph per shape."""
+    def resolve(cls, mode: str, auto: TraceMode) -> TraceConfig:
+        """`mode` as the user set it; `auto` is what `auto` means on the device, its
+        `default_trace_mode` (the device says why)."""
+        assert auto is not TraceMode.AUTO, "a device's default trace mode is a resolved one"
         chosen = TraceMode.parse("trace_mode", mode)
-        if chosen is TraceMode.AUTO:
-            return cls(TraceMode.ALL if device_type == "cpu" else TraceMode.DECODE_ONLY)
-        return cls(chosen)
+        return cls(auto if chosen is TraceMode.AUTO else chosen)
 
     @property
     def decode(self) -> bool:
@@ -82,24 +80,43 @@ class SamplingConfig:
 @dataclass(frozen=True)
 class PageTableLayout:
     """Block geometry shared by prefill and decode; `num_blocks` counts usable blocks (the
-    physical cache holds one more, the padding sink)."""
+    physical cache holds one more, the padding sink). The cache is split into `lanes` equal
+    regions, one per data-parallel lane, in lane order: a row's lane-local block b of lane l is
+    physical block l × blocks_per_lane + b.
+
+        [ lane 0: 0 .. P-1 | lane 1: P .. 2P-1 | ... | lane L-1 | sink ]   (P = blocks_per_lane)
+    """
 
     block_size: int
     num_blocks: int
     max_blocks_per_seq: int
+    lanes: int = 1
+
+    def __post_init__(self) -> None:
+        assert self.lanes >= 1 and self.num_blocks % self.lanes == 0, \
+            f"{self.num_blocks} blocks do not split into {self.lanes} equal lane regions"
 
     @classmethod
-    def resolve(cls, block_size: int, max_model_len: int, num_blocks: int) -> PageTableLayout:
+    def resolve(cls, block_size: int, max_model_len: int, num_blocks: int, lanes: int = 1) -> PageTableLayout:
+        """`num_blocks`: of every lane together (lanes × each lane's blocks)."""
         if block_size < 1 or num_blocks < 1:
             raise ValueError(f"block_size and num_blocks must be >= 1, got {block_size}, {num_blocks}")
-        return cls(block_size, num_blocks, -(-max_model_len // block_size))
+        return cls(block_size, num_blocks, -(-max_model_len // block_size), lanes)
 
     def with_capacity(self, num_blocks: int) -> PageTableLayout:
-        """The same geometry over fewer physical blocks (capacity decided late); never more."""
+        """The same geometry over fewer physical blocks (capacity decided late); never more, and
+        still split evenly over the lanes."""
         if not 1 <= num_blocks <= self.num_blocks:
             raise ValueError(f"KV capacity may only shrink: {num_blocks} blocks requested, "
                              f"{self.num_blocks} is the construction-time ceiling")
+        if num_blocks % self.lanes:
+            raise ValueError(f"KV capacity of {num_blocks} blocks does not split into {self.lanes} lanes")
         return replace(self, num_blocks=num_blocks)
+
+    @property
+    def blocks_per_lane(self) -> int:
+        """Each lane's region of the physical cache (what its scheduler's block pool numbers)."""
+        return self.num_blocks // self.lanes
 
     @property
     def widths(self) -> tuple[int, ...]:

@@ -19,7 +19,7 @@ from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.contract.modes import DEVICE_VARIANTS, OPERATIONS, StepMode, StepVariant
 from tt_backend.contract.sampling import SamplingPlan, SamplingTensors
 from tt_backend.contract.step import StepPlan
-from tt_backend.devices.device import StagedStep
+from tt_backend.devices.device import Device, StagedStep
 from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepKey, StepShape
 from tt_backend.runtime.inputs import prepare_host_inputs, to_device
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
@@ -72,12 +72,12 @@ HEAD_FROM = 7
 """A sampling head reads the model's logits, then the step's inputs from this index (the sampling ones)."""
 
 
-def model_steps(model: nn.Module, device: torch.device | None = None) -> dict[StepKey, StagedStep]:
+def model_steps(model: nn.Module, device: Device) -> dict[StepKey, StagedStep]:
     """One step per operation and variant, over the same model: the `logits` variant is the model
     alone, a device variant is the model, then its sampling head (a device may capture the model
-    once for every variant and each head on its own). On the CPU the sampling head may branch on
-    the host (the step runs there); a CUDA step is one graph and may not."""
-    may_branch = device is None or device.type == "cpu"
+    once for every variant and each head on its own). The heads branch on the host where the
+    device allows it (`Device.step_may_branch_on_host`)."""
+    may_branch = device.step_may_branch_on_host
     steps: dict[StepKey, StagedStep] = {}
     for op in OPERATIONS:
         body = ModelStep(model, decode=op is StepMode.DECODE)
@@ -113,9 +113,10 @@ class EagerExecutor:
     def prepare(self, plan: StepPlan, sampling: SamplingPlan | None = None) -> tuple[PreparedCall, ...]:
         sampling = sampling or logits_plan(len(plan.rows))
         block_size = self.kv.layout.block_size
+        per_lane = self.kv.layout.blocks_per_lane  # rows hold lane-local ids; the inputs map them
         if plan.mode is StepMode.DECODE:
             shape = self.decode.shape(len(plan.rows), max(r.context_len for r in plan.rows), sampling.variant)
-            inputs = prepare_host_inputs(plan.rows, block_size, shape.batch, 1, shape.table_width)
+            inputs = prepare_host_inputs(plan.rows, block_size, shape.batch, 1, shape.table_width, per_lane)
             source = tuple(range(len(plan.rows)))
             return (PreparedCall(shape, source, inputs, sampling.tensors.rows(list(source), shape.batch)),)
         assert plan.mode is StepMode.PREFILL
@@ -124,7 +125,8 @@ class EagerExecutor:
             rows = [plan.rows[i] for i in wave.source_rows]
             shape = self.prefill.shape(wave.padded_batch, wave.padded_len, max(r.context_len for r in rows),
                                        sampling.variant)
-            inputs = prepare_host_inputs(rows, block_size, shape.batch, shape.seq_len, shape.table_width)
+            inputs = prepare_host_inputs(rows, block_size, shape.batch, shape.seq_len, shape.table_width,
+                                         per_lane)
             calls.append(PreparedCall(shape, wave.source_rows, inputs,
                                       sampling.tensors.rows(list(wave.source_rows), shape.batch)))
         return tuple(calls)

@@ -16,13 +16,13 @@ are captured for it), not at power-of-two buckets; rows beyond the live ones are
 position -1 (tt-metal's mark of an inactive row) over a page table of sink blocks. Tokens are
 chosen on the host (the generator's device sampling is not wired yet).
 
-Lanes are the generator's data-parallel submeshes (tt_data_parallel): the scheduler's merged plan
-numbers lane l's block b as l × blocks_per_lane + b; each submesh has its own cache with its own
-block ids, so a row's lane is its blocks' region and its page table holds the local ids. The
-generator takes the batch lane by lane: decode rows of lane l sit at [l × C, (l + 1) × C) of the
-lanes × C batch (tt-metal splits it with torch.chunk), and a prefill row's `empty_slots` entry is a
-slot of its lane (tt-metal: model_id = slot // max_batch_size_per_model). The KV cache goes to
-the generator as its list of per-submesh regions, as `allocate_kv_cache` returned it.
+Lanes are the generator's data-parallel submeshes (tt_data_parallel): each submesh has its own
+cache with its own block ids, and a planned row carries its lane, its slot in the lane and its
+lane-local block ids, so its page table holds the ids as they are. The generator takes the batch
+lane by lane: lane l's decode row of slot s sits at l × C + s of the lanes × C batch (tt-metal
+splits it with torch.chunk), and a prefill row's `empty_slots` entry is that same l × C + s
+(tt-metal: model_id = slot // max_batch_size_per_model, with C that max batch). The KV cache goes
+to the generator as its list of per-submesh regions, as `allocate_kv_cache` returned it.
 """
 
 from __future__ import annotations
@@ -37,15 +37,17 @@ import torch
 from tt_backend.contract.modes import StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
 from tt_backend.contract.step import PlannedRow, StepPlan
+from tt_backend.devices.cleanup import CleanupError, CleanupLog
+from tt_backend.devices.tt.generator import TTGenerator
+from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.runtime.config import SamplingConfig
-from tt_backend.runtime.resources import CleanupError, CleanupLog
-from tt_backend.runtime.tt_kv_cache import TTPagedKVCache
 
 logger = logging.getLogger(__name__)
 
 
 class GeneratorRunner:
-    def __init__(self, ttnn: Any, generator: Any, kv: TTPagedKVCache, blocks_per_lane: int, table_width: int,
+    def __init__(self, ttnn: Any, generator: TTGenerator, kv: TTPagedKVCache, blocks_per_lane: int,
+                 table_width: int,
                  decode_capacity: int, enable_trace: bool, takes_start_pos: bool, takes_empty_slots: bool,
                  close_device: Any) -> None:
         self.ttnn = ttnn
@@ -75,32 +77,26 @@ class GeneratorRunner:
         return self.kv.geometry.dtype
 
     # ---- host prep ---------------------------------------------------------------------------
-    def lane_of(self, row: PlannedRow) -> int:
-        """The lane (submesh) whose region holds the row's blocks."""
-        lane = row.block_ids[0] // self.blocks_per_lane
-        assert all(b // self.blocks_per_lane == lane for b in row.block_ids), "a row's blocks span lanes"
-        return lane
-
     def page_table(self, rows: list[tuple[int, PlannedRow]], batch: int) -> torch.Tensor:
-        """[batch, W] int32: each placed row's blocks in logical order as its lane's local ids, the
-        sink after them and in the padding rows."""
+        """[batch, W] int32: each placed row's blocks in logical order, its lane's local ids as the
+        plan holds them, the sink after them and in the padding rows."""
         table = torch.full((batch, self.table_width), self.sink_block, dtype=torch.int32)
         for position, row in rows:
-            base = self.lane_of(row) * self.blocks_per_lane
-            table[position, :len(row.block_ids)] = torch.tensor(row.block_ids, dtype=torch.int32) - base
+            assert all(0 <= b < self.blocks_per_lane for b in row.block_ids), \
+                f"block ids {row.block_ids} are not lane-local (each lane has {self.blocks_per_lane})"
+            table[position, :len(row.block_ids)] = torch.tensor(row.block_ids, dtype=torch.int32)
         return table
 
     def slots(self, rows: list[PlannedRow]) -> list[int]:
-        """Each row's place in the lanes × capacity batch: lane l's k-th row (in plan order) at
-        l × capacity + k."""
-        taken = [0] * self.lanes
-        slots = []
+        """Each row's place in the lanes × capacity batch, from its lane and slot:
+
+            [ lane 0: slots 0 .. C-1 | lane 1: C .. 2C-1 | ... ]   row of lane l, slot s: l × C + s
+        """
         for row in rows:
-            lane = self.lane_of(row)
-            assert taken[lane] < self.decode_capacity, f"lane {lane} holds more rows than its capacity"
-            slots.append(lane * self.decode_capacity + taken[lane])
-            taken[lane] += 1
-        return slots
+            assert row.lane < self.lanes, f"lane {row.lane} of a generator with {self.lanes} lanes"
+            assert row.slot < self.decode_capacity, \
+                f"lane {row.lane} slot {row.slot} is past its capacity {self.decode_capacity}"
+        return [row.lane * self.decode_capacity + row.slot for row in rows]
 
     # ---- steps -------------------------------------------------------------------------------
     def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
@@ -185,12 +181,6 @@ class GeneratorRunner:
         logger.info("tt: generator warmup: %s", ", ".join(called) or "the generator has no warmup hooks")
         return called
 
-    def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
-        raise AssertionError("async decode is off for generators (the engine refuses async_scheduling)")
-
-    def complete(self, handle: int) -> SampledTokens:
-        raise AssertionError("async decode is off for generators")
-
     def drain(self) -> int:
         return 0  # every step's outputs are read before run_and_sample returns
 
@@ -199,7 +189,7 @@ class GeneratorRunner:
         """Free the generator's device objects (its model, submesh handles) while the mesh is still
         open: ttnn objects left to the interpreter's exit outlive the device (the Python backend's
         stub crashed in its final garbage collection with them)."""
-        self.generator = None
+        del self.generator
         gc.collect()
 
     def close(self) -> None:

@@ -4,6 +4,9 @@ Rows are padded to `padded_len` tokens, the batch to `padded_batch` rows and pag
 `table_width` blocks. Padding tokens get slot −1 (the model sends them to its sink slot) and
 position 0; padding rows get page-table rows of −1 and a context of 1 so their (discarded)
 attention stays finite. Their logits are never read.
+
+A row's block ids are its lane's own; the cache is one physical tensor of every lane's region in
+lane order, and this is the one place a row's ids become physical ones (`physical_blocks`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,20 @@ from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.contract.step import PlannedRow
 
 
+def physical_blocks(row: PlannedRow, blocks_per_lane: int | None) -> torch.Tensor:
+    """[blocks] int64: the row's lane-local block b of lane l as physical block l × blocks_per_lane + b.
+    `blocks_per_lane` None: a cache of one lane, whose ids are its physical ones."""
+    if blocks_per_lane is None:
+        assert row.lane == 0, f"a lane {row.lane} row over a cache of one lane"
+        return torch.tensor(row.block_ids, dtype=torch.long)
+    assert all(0 <= b < blocks_per_lane for b in row.block_ids), \
+        f"block ids {row.block_ids} are not lane-local (each lane has {blocks_per_lane})"
+    return torch.tensor(row.block_ids, dtype=torch.long) + row.lane * blocks_per_lane
+
+
 def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batch: int | None = None,
-                        padded_len: int | None = None, table_width: int | None = None) -> ForwardBatch:
+                        padded_len: int | None = None, table_width: int | None = None,
+                        blocks_per_lane: int | None = None) -> ForwardBatch:
     B = padded_batch or len(rows)
     T = padded_len or max(len(r.token_ids) for r in rows)
     max_blocks = table_width or max(len(r.block_ids) for r in rows)
@@ -30,7 +45,7 @@ def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batc
     logits_indices = torch.zeros(B, dtype=torch.long)
     for i, row in enumerate(rows):
         n = len(row.token_ids)
-        table = torch.tensor(row.block_ids, dtype=torch.long)
+        table = physical_blocks(row, blocks_per_lane)
         pos = torch.arange(row.start_position, row.start_position + n)
         input_ids[i, :n] = torch.tensor(row.token_ids)
         positions[i, :n] = pos
@@ -45,7 +60,7 @@ def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batc
 
 
 def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
-    if device.type == "cpu":
-        return batch
+    """The batch on `device`; a tensor already there is itself (`Tensor.to` copies nothing), so a
+    CPU step reads the host tensors as they are."""
     ids, positions, slots, tables, lens, indices = (t.to(device, non_blocking=True) for t in batch.tensors)
     return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode)

@@ -2,18 +2,24 @@
 
 Each lane has its own waiting/running queues, admission, slots and KV block pool with lane-local
 block ids. A new request goes to the least-loaded lane (fewest requests; the lowest lane on a
-tie) and stays there. Every step has one mode for all lanes:
-- if any lane could admit prefill work, and no decode steps are owed, every lane runs a prefill
-  step (a lane without prefill work contributes an empty slice); after a prefill step that leaves
-  a prompt partly prefilled in any lane, while any lane has requests ready to decode, the next
-  `decode_steps_between_prefills` steps are decode steps (the one-lane cadence, applied to all);
-- a prefill step that admits nothing while a lane has running decode work is retried as decode
-  (so KV pressure in one lane cannot stall the loop);
+tie) and stays there. The coordinator owns the mode policy (from the serving design), the same
+for one lane or many; every step has one mode for all lanes:
+- prefill first: if any lane could admit prefill work, every lane that could runs a prefill step
+  (the others contribute an empty slice), so decode steps run with bigger batches and new
+  requests get their first token without waiting behind decode steps;
+- but after a prefill step that leaves a prompt partly prefilled in any lane, while any lane has
+  requests ready to decode, the next `decode_steps_between_prefills` steps are decode steps, so
+  running streams keep advancing between the chunks of a long prompt;
+- a prefill step that admits nothing while a lane has requests ready to decode is retried as a
+  decode step in the same call (decode frees blocks; KV pressure in one lane cannot stall the loop);
+- a prefill step that admits nothing while no lane can decode means every running request is a
+  partial prefill holding blocks none can extend: each such lane preempts its newest, and the
+  step is scheduled again;
 - otherwise every lane runs a decode step.
 The lanes' slices are merged into one plan: rows lane by lane, each lane's rows in its own order
-(decode: slot order), block ids offset into the lane's region of one physical cache (lane l's
-block b is physical block l × blocks_per_lane + b). One forward runs the merged batch; its
-sampled tokens are split back by lane.
+(decode: slot order), each row carrying its lane and slot, block ids lane-local (each runner maps
+a lane's ids onto its own cache region). One forward runs the merged batch; its sampled tokens are
+split back by lane.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tt_backend.contract.modes import RequestStatus, StepMode
-from tt_backend.contract.step import EMPTY_STEP, PlannedRow, StepPlan
+from tt_backend.contract.step import EMPTY_STEP, StepPlan
 from tt_backend.scheduler.phase_scheduler import PhaseScheduler
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import (
@@ -38,9 +44,10 @@ class LaneCoordinator:
         assert num_lanes >= 1
         self.config = config
         """Per lane: max_num_seqs and num_blocks are each lane's."""
-        self.lanes = tuple(PhaseScheduler(config) for _ in range(num_lanes))
+        self.lanes = tuple(PhaseScheduler(config, lane) for lane in range(num_lanes))
         self.lane_of: dict[str, int] = {}
         self.cadence = DecodeCadence(config.decode_steps_between_prefills)
+        """Decode steps owed, for all lanes at once: recorded here only, for every step handed out."""
 
     # ---- intake and exit -------------------------------------------------------------------
     def add(self, request: Request) -> int:
@@ -64,24 +71,20 @@ class LaneCoordinator:
 
     # ---- scheduling -----------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:
-        if len(self.lanes) == 1:  # one lane keeps its own policy (the same rules, in one place)
-            return self._merge([self.lanes[0].schedule()])
+        """The next step of every lane, one mode for all (the policy above)."""
         wants_prefill = [lane.wants_prefill() for lane in self.lanes]
         decode_ready = any(lane.decode_ready for lane in self.lanes)
-        if any(wants_prefill) and not (decode_ready and self.cadence.owed > 0):
+        if not any(wants_prefill) or (decode_ready and self.cadence.owed > 0):
+            steps = [lane.schedule(StepMode.DECODE) for lane in self.lanes]
+        else:
             steps = [lane.schedule(StepMode.PREFILL) if want else ScheduledStep(EMPTY_STEP, ())
                      for lane, want in zip(self.lanes, wants_prefill, strict=True)]
-            preempted = [rid for step in steps for rid in step.preempted]
-            if not any(step.request_ids for step in steps) and decode_ready:
-                steps = [lane.schedule(StepMode.DECODE) for lane in self.lanes]  # zero-admit: decode instead
-                steps[0] = replace(steps[0], preempted=(*preempted, *steps[0].preempted))
-            elif not any(step.request_ids for step in steps):
-                # Every running request is a partial prefill holding blocks none can extend: let
-                # each lane resolve its own deadlock (it preempts its newest and retries).
-                steps = [lane.schedule() if lane.running else ScheduledStep(EMPTY_STEP, ())
-                         for lane in self.lanes]
-        else:
-            steps = [lane.schedule(StepMode.DECODE) for lane in self.lanes]
+            if not any(step.request_ids for step in steps):  # (a prefill step preempts nothing)
+                if decode_ready:  # zero-admit prefill: decode instead, it frees blocks
+                    steps = [lane.schedule(StepMode.DECODE) for lane in self.lanes]
+                elif victims := [lane.preempt_newest() for lane in self.lanes if lane.running]:
+                    retry = self.schedule()  # (it records the cadence)
+                    return replace(retry, preempted=(*victims, *retry.preempted))
         merged = self._merge(steps)
         self.cadence.record(merged.plan.mode, any(lane.prompt_left_partial(step)
                                                   for lane, step in zip(self.lanes, steps, strict=True)))
@@ -120,16 +123,10 @@ class LaneCoordinator:
             return ScheduledStep(EMPTY_STEP, (), preempted)
         modes = {part.step.plan.mode for part in parts}
         assert len(modes) == 1, f"lanes disagree on the step's mode: {modes}"
-        rows = tuple(self._physical(part.lane, row) for part in parts for row in part.step.plan.rows)
+        rows = tuple(row for part in parts for row in part.step.plan.rows)
         ids = tuple(rid for part in parts for rid in part.step.request_ids)
         return ScheduledStep(StepPlan(modes.pop(), rows), ids, preempted, parts)
 
     def lanes_in(self, step: ScheduledStep) -> set[int]:
         """The lanes that have rows in `step`."""
         return {part.lane for part in step.lanes}
-
-    def _physical(self, lane: int, row: PlannedRow) -> PlannedRow:
-        if lane == 0:
-            return row
-        base = lane * self.config.num_blocks
-        return replace(row, block_ids=tuple(base + b for b in row.block_ids))

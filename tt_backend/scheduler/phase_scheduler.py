@@ -1,25 +1,20 @@
-"""PhaseScheduler: one lane; every step is prefill-only, decode-only or empty.
+"""PhaseScheduler: one lane's step of a given mode: prefill-only or decode-only (or empty).
 
-Policy (from the serving design):
-- Prefill is admitted first, so decode steps run with bigger batches and new requests get their
-  first token without waiting behind decode steps; but after a prefill step that leaves a prompt
-  partly prefilled, while requests are ready to decode, the next `decode_steps_between_prefills`
-  steps are decode steps, so running streams keep advancing between the chunks of a long prompt.
+The mode of each step (prefill first, the decode cadence, the zero-admit fallback to decode, the
+deadlock preemption) is the `LaneCoordinator`'s, for one lane or many: it asks every lane what
+it could do (`wants_prefill`, `decode_ready`, `prompt_left_partial`), imposes one mode on all of
+them (`schedule(mode)`) and, when nothing can progress, has them `preempt_newest`. Within a step
+this lane decides (from the serving design):
 - A prompt longer than the step's token budget is split into chunks over several prefill steps
   (`enable_chunked_prefill`).
-- When a step runs out of KV blocks, the most recently admitted running request is preempted
-  by recompute (its blocks freed, its tokens prefilled again on resume), so the oldest requests
-  always progress.
-- A prefill step that admits no token (KV pressure) falls back to decode in the same call, so
-  the loop never spins without progress.
+- When a decode step runs out of KV blocks, the most recently admitted running request is
+  preempted by recompute (its blocks freed, its tokens prefilled again on resume), so the oldest
+  requests always progress.
 - With prefix caching, an admitted request reuses the cached blocks of its longest cached
   prefix of full blocks and computes only the rest (at least its last token).
 - A running request holds a slot (0 ≤ slot < max_num_seqs), released when it finishes or is
-  preempted; decode rows are in slot order.
+  preempted; every row carries the lane and its request's slot, and decode rows are in slot order.
 Lifecycle: waiting → (skipped_waiting ↔ waiting) → running → (preempted → waiting) → finished.
-
-`schedule()` chooses the step's mode itself; a `LaneCoordinator` instead asks every lane whether
-it `wants_prefill` and then imposes one mode on all of them (`schedule(mode)`).
 """
 
 from __future__ import annotations
@@ -33,7 +28,7 @@ from tt_backend.contract.step import EMPTY_STEP, PlannedRow, StepPlan
 from tt_backend.scheduler.block_pool import BlockPool
 from tt_backend.scheduler.kv_manager import NO_COMPUTED_BLOCKS, ComputedBlocks, KVCacheManager
 from tt_backend.scheduler.request import Request
-from tt_backend.scheduler.scheduled_step import DecodeCadence, SampledToken, ScheduledStep, SchedulerConfig
+from tt_backend.scheduler.scheduled_step import SampledToken, ScheduledStep, SchedulerConfig
 
 
 @dataclass
@@ -46,15 +41,16 @@ class SchedulerStats:
 
 
 class PhaseScheduler:
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, lane: int = 0) -> None:
         self.config = config
+        self.lane = lane
+        """The lane this scheduler plans; every row it plans carries it."""
         self.kv = KVCacheManager(config.num_blocks, config.block_size, config.enable_prefix_caching)
         self.waiting: deque[Request] = deque()
         self.skipped: list[Request] = []
         self.running: list[Request] = []  # admission order
         self.requests: dict[str, Request] = {}
         self.stats = SchedulerStats()
-        self.cadence = DecodeCadence(config.decode_steps_between_prefills)
         self._free_slots = list(range(config.max_num_seqs))  # a heap: the lowest slot first
 
     # ---- intake and exit -------------------------------------------------------------------
@@ -92,38 +88,35 @@ class PhaseScheduler:
 
     @property
     def decode_ready(self) -> bool:
+        """Whether a running request has its prompt prefilled (a decode step would have its row)."""
         return any(not r.is_prefilling for r in self.running)
 
     def wants_prefill(self) -> bool:
-        """Whether prefill work could be admitted now (ignoring the decode cadence)."""
+        """Whether prefill work could be admitted now (ignoring the decode cadence). It first moves
+        the parked requests whose precondition now holds back to waiting: asked once per step,
+        before `schedule(mode)`, so each precondition is polled as often as one step needs."""
         self._unpark_ready()
         return self._prefill_pending()
 
     # ---- scheduling -----------------------------------------------------------------------
-    def schedule(self, mode: StepMode | None = None) -> ScheduledStep:
-        """The next step. With `mode`, a step of that mode (possibly empty), with no fallback and
-        no cadence bookkeeping: the caller (a LaneCoordinator) owns both."""
-        self._unpark_ready()
+    def schedule(self, mode: StepMode) -> ScheduledStep:
+        """This lane's step of `mode` (PREFILL or DECODE), empty when it has no such work, with no
+        fallback to the other mode: the coordinator owns the choice, the fallback and the cadence.
+        A prefill step preempts nothing; a decode step may preempt (KV exhaustion)."""
+        mode = StepMode(mode)
         if mode is StepMode.DECODE:
             return self._schedule_decode()
-        if mode is StepMode.PREFILL:
-            return self._schedule_prefill()
-        decode_ready = self.decode_ready
-        if decode_ready and (self.cadence.owed > 0 or not self._prefill_pending()):
-            step = self._schedule_decode()
-        else:
-            step = self._schedule_prefill()
-            if not step.request_ids and decode_ready:
-                step = self._schedule_decode()  # zero-admit prefill: decode frees blocks
-            elif not step.request_ids and self.running:
-                # Partial prefills hold every free block and none can continue: preempt the
-                # newest so the older ones can finish.
-                victim = self.running[-1]
-                self._preempt(victim)
-                retry = self.schedule()
-                return ScheduledStep(retry.plan, retry.request_ids, (victim.request_id, *retry.preempted))
-        self.cadence.record(step.plan.mode, self.prompt_left_partial(step))
-        return step
+        assert mode is StepMode.PREFILL, f"a lane schedules prefill or decode, not {mode}"
+        return self._schedule_prefill()
+
+    def preempt_newest(self) -> str:
+        """Preempt the most recently admitted running request; return its id. For a lane whose
+        running requests are all partial prefills holding every free block, none of which can
+        continue: freeing the newest lets the older ones finish."""
+        assert self.running, "nothing runs in the lane"
+        victim = self.running[-1]
+        self._preempt(victim)
+        return victim.request_id
 
     def prompt_left_partial(self, step: ScheduledStep) -> bool:
         """Whether a running prompt is still partly prefilled once `step` has run: a chunk of
@@ -152,8 +145,7 @@ class PhaseScheduler:
             assert request is not None
             slots = self.kv.allocate_slots(request, row.context_len + 1)
             assert slots is not None
-            rows.append(PlannedRow((0,), row.start_position + 1, slots.block_ids, True))
-        self.cadence.record(StepMode.DECODE)
+            rows.append(self._row(request, (0,), row.start_position + 1, slots.block_ids, True))
         return ScheduledStep(StepPlan(StepMode.DECODE, tuple(rows)), previous.request_ids)
 
     def update(self, step: ScheduledStep, sampled: list[int]) -> list[SampledToken]:
@@ -240,12 +232,14 @@ class PhaseScheduler:
 
     def _prefill_row(self, request: Request, n: int) -> PlannedRow:
         start = request.num_computed_tokens
-        return PlannedRow(
-            token_ids=request.token_slice(start, start + n),
-            start_position=start,
-            block_ids=self.kv.block_ids(request.request_id),
-            sample=start + n == request.prefill_target,
-        )
+        return self._row(request, request.token_slice(start, start + n), start,
+                         self.kv.block_ids(request.request_id), sample=start + n == request.prefill_target)
+
+    def _row(self, request: Request, token_ids: tuple[int, ...], start: int, block_ids: tuple[int, ...],
+             sample: bool) -> PlannedRow:
+        """A row of a running request: in this lane, at the request's slot."""
+        assert request.slot is not None, f"{request.request_id} holds no slot"
+        return PlannedRow(token_ids, start, block_ids, sample, lane=self.lane, slot=request.slot)
 
     def _schedule_decode(self) -> ScheduledStep:
         rows: list[PlannedRow] = []
@@ -265,10 +259,10 @@ class PhaseScheduler:
             if slots is None:
                 continue  # it preempted itself
             position = request.num_tokens - 1
-            rows.append(PlannedRow((request.token_id(position),), position, slots.block_ids, True))
+            rows.append(self._row(request, (request.token_id(position),), position, slots.block_ids, True))
             ids.append(request.request_id)
             scheduled.add(request.request_id)
-        order = sorted(range(len(ids)), key=lambda i: self.requests[ids[i]].slot or 0)
+        order = sorted(range(len(ids)), key=lambda i: rows[i].slot)
         plan = StepPlan(StepMode.DECODE, tuple(rows[i] for i in order)) if rows else EMPTY_STEP
         return ScheduledStep(plan, tuple(ids[i] for i in order), tuple(preempted))
 

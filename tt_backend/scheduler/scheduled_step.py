@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import StepMode
 from tt_backend.contract.step import StepPlan
 from tt_backend.scheduler.request import Request
@@ -23,6 +24,18 @@ class SchedulerConfig:
     """Decode steps owed after a prefill step that leaves a prompt partly prefilled (between the
     chunks of a long prompt), while requests are ready to decode; 0 lets prefill run until no
     prefill work can be admitted."""
+
+    @classmethod
+    def from_engine_config(cls, config: EngineConfig) -> SchedulerConfig:
+        """The scheduler's part of a config resolved for the model (per lane)."""
+        assert config.num_kv_blocks is not None and config.max_model_len is not None, \
+            "resolve the config for the model first"
+        return cls(max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                   max_model_len=config.max_model_len, block_size=config.block_size,
+                   num_blocks=config.num_kv_blocks,
+                   enable_chunked_prefill=bool(config.enable_chunked_prefill),
+                   enable_prefix_caching=bool(config.enable_prefix_caching),
+                   decode_steps_between_prefills=config.decode_steps_between_prefills)
 
 
 @dataclass(frozen=True)
