@@ -26,14 +26,15 @@ import torch
 import torch.nn.functional as F
 from decode import step_times
 
+from tt_backend.assembly.torch_engine import build_runner
 from tt_backend.config import EngineConfig
 from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.cpu.compute_plan import DTYPES, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.linears import convert_linears
-from tt_backend.engine.builder import build_runner
 from tt_backend.models.checkpoint import resolve_model_dir
-from tt_backend.models.llama import RMSNorm, _rotate_half
+from tt_backend.models.llama import RMSNorm
+from tt_backend.models.llama_ops import NativeOps, TorchOps, rotate_half
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.models.paged_kv import gather_kv, write_kv
 
@@ -76,7 +77,7 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
         out["decode attention b8 x 256"] = median_ms(gathered, repeats)
     x, res = (torch.randn(784, HIDDEN, generator=g).to(dtype) for _ in range(2))
     norm = RMSNorm(HIDDEN, 1e-5).to(dtype)
-    norm.kernels = k
+    norm.ops = NativeOps(k) if k is not None else TorchOps()
     out["add_rms_norm 784 x 576"] = median_ms(lambda: norm.add(x, res), repeats)
     gu = torch.randn(784, 2 * INTERMEDIATE, generator=g).to(dtype)
     if k is not None:
@@ -97,8 +98,8 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
         def rope_write() -> None:
             q, kk, v = qkv.split((HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM), dim=-1)
             q, kk = q.reshape(n, HEADS, HEAD_DIM), kk.reshape(n, KV_HEADS, HEAD_DIM)
-            q * cos[:, None] + _rotate_half(q) * sin[:, None]
-            rotated = kk * cos[:, None] + _rotate_half(kk) * sin[:, None]
+            q * cos[:, None] + rotate_half(q) * sin[:, None]
+            rotated = kk * cos[:, None] + rotate_half(kk) * sin[:, None]
             write_kv(kv, slots[None], rotated[None], v.reshape(n, KV_HEADS, HEAD_DIM)[None])
         out["rope_and_cache 784 tokens"] = median_ms(rope_write, repeats)
     # Every layer's own weights, as in the model: a step streams them all from memory (one layer's,

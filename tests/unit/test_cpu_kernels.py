@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from tt_backend.devices.cpu.isa import IsaLevel, probe
 from tt_backend.devices.cpu.kernels import CpuKernels, load_kernels
 from tt_backend.devices.cpu.linears import SMALL_ROWS, PackedLinear, WideLinear, tile_layout
-from tt_backend.models.llama import RMSNorm, _rotate_half
+from tt_backend.models.llama import RMSNorm
+from tt_backend.models.llama_ops import rotate_half
 from tt_backend.models.paged_kv import gather_kv, write_kv
 
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
@@ -193,7 +194,7 @@ def test_rope_and_cache_matches_rotate_half_and_write_kv(kernels: CpuKernels, dt
     q, k = q.reshape(n, heads, d), k.reshape(n, kv_heads, d)
 
     def rotate(x: torch.Tensor) -> torch.Tensor:
-        return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+        return x * cos[:, None] + rotate_half(x) * sin[:, None]
 
     real = slots >= 0
     write_kv(expected_kv, slots[real][None], rotate(k)[real][None], v.reshape(n, kv_heads, d)[real][None])

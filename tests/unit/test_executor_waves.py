@@ -7,6 +7,7 @@ import torch
 
 from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.devices.torch.device import TorchDevice
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.config import DecodeRuntimeConfig, PageTableLayout, PrefillRuntimeConfig
 from tt_backend.runtime.executor import EagerExecutor, model_steps
@@ -32,7 +33,8 @@ def test_padded_wave_matches_sequential_and_leaves_other_blocks_untouched(model_
                                                     cfg.head_dim, torch.float32), layout, torch.device("cpu"))
         kv.allocate()
         prefill = PrefillRuntimeConfig.resolve(layout, PrefillPlanConfig(batching, 32, 2048), 2048)
-        executor = EagerExecutor(model_steps(model.module), kv, torch.device("cpu"),
+        device = TorchDevice.for_device(torch.device("cpu"))
+        executor = EagerExecutor(model_steps(model.module, device), kv, device.device,
                                  DecodeRuntimeConfig.resolve(layout, 32), prefill, ProgramCompiler(kv))
         return executor.execute(plan), kv.context.cache[:, :, :16]  # without the padding sink
 

@@ -8,6 +8,10 @@ or asynchronously with an event to wait on (`launch` → `Launched.host()`); syn
 On ttnn these are `allocate_tensor_on_device`, `copy_host_to_device_tensor`,
 `begin_trace_capture`/`end_trace_capture`, `execute_trace`, `from_device(blocking=False)` with
 `record_event`/`wait_for_event`, `synchronize_device` and `release_trace`/`close_mesh_device`.
+
+What differs between devices beyond these calls is policy, and each device states it as a property
+(`default_trace_mode`, `dense_prefill_batches`, `step_may_branch_on_host`, `captures_largest_first`)
+with its reason, so no caller tests what kind of device it holds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+
+from tt_backend.contract.modes import TraceMode
 
 StepFn = Callable[..., torch.Tensor]
 
@@ -57,11 +63,27 @@ class Launched(Protocol):
 class Device(Protocol):
     device: torch.device
     """Where tensors of this device live, as torch names it."""
-    kind: str
 
+    # ---- policy: what suits this device, decided by it --------------------------------------------
     @property
     def captures_largest_first(self) -> bool:
         """The capture order that suits this device (largest first shares a memory pool)."""
+
+    @property
+    def default_trace_mode(self) -> TraceMode:
+        """What `trace_mode=auto` traces here (never AUTO): every step where one capture serves every
+        shape of a step, decode only where each shape costs a capture of its own."""
+
+    @property
+    def dense_prefill_batches(self) -> bool:
+        """Whether prefill waves may pad to the denser batch set (`prefill_plan.DENSE_BATCHES`), not
+        only to powers of two: true where one more shape costs only its capture."""
+
+    @property
+    def step_may_branch_on_host(self) -> bool:
+        """Whether a step may decide on the host partway through (read a tensor's value in Python,
+        as top-k/top-p do to skip the full sort): true where the step runs on the host anyway, so
+        the decision costs no device round trip and the step need not be one captured graph."""
 
     def allocate(self, shape: Sequence[int], dtype: torch.dtype, fill: float | int = 0) -> torch.Tensor:
         """A persistent device tensor (a trace's input, the KV cache)."""

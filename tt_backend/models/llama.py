@@ -2,7 +2,8 @@
 
 One forward serves prefill (T tokens per row) and decode (T = 1). Every row writes its new K/V
 into the cache at `slot_mapping`, then attends over its whole context gathered through its block
-table, so chunked prefill and prefix reuse need no special path.
+table, so chunked prefill and prefix reuse need no special path. Each op runs as the model's ops say
+(`llama_ops`): torch's, or the native CPU kernels' once `use_native_kernels` switched them.
 
 The forward has static shapes and no host synchronisation, so it can be captured (TorchScript,
 CUDA graphs): padding tokens (slot −1) write into the last slot of the cache, a sink block the
@@ -16,13 +17,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.devices.cpu.kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAMA
-from tt_backend.models.paged_kv import attention_mask, gather_kv, write_kv
+from tt_backend.models.llama_ops import Heads, NativeKernelModel, NativeOps, TorchOps
+from tt_backend.models.paged_kv import attention_mask
 from tt_backend.models.rope import RopeConfig, inv_frequencies
 from tt_backend.models.spec import ModelSpec
 
@@ -75,21 +76,14 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
-        self.kernels: CpuKernels | None = None
+        self.ops = TorchOps()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None:
-            return self.kernels.rms_norm(x, self.weight, self.eps)
-        # Normalise in fp32 and cast back before the weight, as HF Llama does (one fused op).
-        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        return self.weight * h.to(x.dtype)
+        return self.ops.rms_norm(x, self.weight, self.eps)
 
     def add(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(norm(x + residual), x + residual): the residual add fused into the norm after it."""
-        if self.kernels is not None:
-            return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
-        residual = x + residual
-        return self(residual), residual
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class Rotary(nn.Module):
@@ -105,61 +99,27 @@ class Rotary(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_size, self.kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias)
-        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        self.heads = Heads(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, q_size + 2 * kv_size, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(q_size, cfg.hidden_size, bias=cfg.o_bias)
         self.window = cfg.sliding_window or 0
         self.scale = cfg.head_dim ** -0.5
-        self.kernels: CpuKernels | None = None
+        self.ops = TorchOps()
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("q_proj", "k_proj", "v_proj"), "qkv_proj"))
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], kv: torch.Tensor,
                 batch: ForwardBatch, mask: torch.Tensor | None) -> torch.Tensor:
-        """x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]. Without a mask,
-        a decode step (T = 1) attends through the native paged kernel."""
-        B, T, _ = x.shape
-        qkv = self.qkv_proj(x)
-        if self.kernels is not None and self.q_norm is None:
-            cos, sin = (t.reshape(B * T, self.head_dim) for t in rope)
-            q = self.kernels.rope_and_cache(qkv.view(B * T, -1), cos, sin, kv, batch.slot_mapping.reshape(-1),
-                                           self.num_heads, self.num_kv_heads)  # [B * T, H, D]
-            return self.o_proj(self._attend(q.view(B, T, self.num_heads, self.head_dim), kv, batch, mask))
-        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
-        q = q.reshape(B, T, self.num_heads, self.head_dim)
-        k = k.reshape(B, T, self.num_kv_heads, self.head_dim)
-        v = v.reshape(B, T, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        cos, sin = rope
-        q = q * cos + _rotate_half(q) * sin  # [B, H, T, D]
-        k = (k * cos + _rotate_half(k) * sin).transpose(1, 2)  # [B, T, KVH, D]
-        write_kv(kv, batch.slot_mapping, k, v)
-        return self.o_proj(self._attend(q.transpose(1, 2), kv, batch, mask))
-
-    def _attend(self, q: torch.Tensor, kv: torch.Tensor, batch: ForwardBatch,
-                mask: torch.Tensor | None) -> torch.Tensor:
-        """q: [B, T, H, D], rotated, its K/V already in the cache; returns [B, T, H * D]."""
-        B, T = q.shape[:2]
-        if mask is None:
-            assert self.kernels is not None, "a decode step without a mask runs the native kernel"
-            out = self.kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
-                                                     batch.positions[:, 0], self.window, self.scale)
-            return out.reshape(B, T, -1)
-        keys, values = gather_kv(kv, batch.block_tables)  # [B, KVH, S, D]
-        out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True)
-        return out.transpose(1, 2).reshape(B, T, -1)
+        """x: [B, T, hidden]; kv: [2, num_blocks, block_size, kv_heads, head_dim]. Without a mask
+        (ops that attend in place, a decode step) attention reads the paged cache directly."""
+        qk_norm = None if self.q_norm is None or self.k_norm is None else (self.q_norm, self.k_norm)
+        q = self.ops.rope_and_cache(self.qkv_proj(x), rope, kv, batch.slot_mapping, self.heads, qk_norm)
+        return self.o_proj(self.ops.attend(q, kv, batch, mask, self.window, self.scale))
 
 
 def _fuse_checkpoint(parts: tuple[str, ...], fused: str) -> Any:
@@ -181,13 +141,10 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self._register_load_state_dict_pre_hook(_fuse_checkpoint(("gate_proj", "up_proj"), "gate_up_proj"))
-        self.kernels: CpuKernels | None = None
+        self.ops = TorchOps()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None:
-            return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -221,7 +178,7 @@ class LlamaModel(nn.Module):
         self.rotary = Rotary(cfg.head_dim, cfg.rope)
 
 
-class LlamaForCausalLM(nn.Module):
+class LlamaForCausalLM(nn.Module, NativeKernelModel):
     """Module names follow HF so a checkpoint's state dict loads as is."""
 
     capabilities = TORCH_LLAMA
@@ -231,15 +188,14 @@ class LlamaForCausalLM(nn.Module):
         self.config = cfg
         self.model = LlamaModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        self.kernels: CpuKernels | None = None
+        self.ops = TorchOps()
 
     def use_native_kernels(self, kernels: CpuKernels) -> None:
-        """Run on the native CPU kernels of one level (`devices/cpu/kernels.py`): decode attention
-        over the paged cache, RMSNorm with the residual add, SiLU x up, RoPE with the KV write."""
-        self.kernels = kernels
+        """Every block computes with `NativeOps(kernels)` (`llama_ops`) from now on."""
+        ops = NativeOps(kernels)
         for module in self.modules():
-            if isinstance(module, RMSNorm | Attention | MLP):
-                module.kernels = kernels
+            if isinstance(module, RMSNorm | Attention | MLP | LlamaForCausalLM):
+                module.ops = ops
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> LlamaForCausalLM:
@@ -259,8 +215,8 @@ class LlamaForCausalLM(nn.Module):
         """
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
-        native = self.kernels is not None and batch.decode
-        mask = None if native else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
+        in_place = batch.decode and self.ops.attends_decode_in_place
+        mask = None if in_place else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.model.layers):
             x, residual = layer(x, residual, rope, kv_cache[i], batch, mask)

@@ -14,6 +14,7 @@ from torch import nn
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.linears import convert_linears
 from tt_backend.models.capabilities import ModelCapabilities
+from tt_backend.models.llama_ops import NativeKernelModel
 from tt_backend.models.registry import ModelRegistry, build_registry
 from tt_backend.models.spec import ModelSpec
 from tt_backend.models.weights import load_safetensors
@@ -57,12 +58,13 @@ def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | Non
 
 def select_kernels(module: nn.Module, plan: ComputePlan) -> bool:
     """Switch the model to the plan's native CPU kernels when it has them and the model can run
-    on them; returns whether it does."""
-    use_native = getattr(module, "use_native_kernels", None)
-    if use_native is None and plan.native_required:
-        raise ValueError(f"cpu_kernels=native: the native kernels serve Llama-family models on the CPU, "
-                         f"not {type(module).__name__}")
-    if plan.kernels is None or use_native is None:
+    on them (a `NativeKernelModel`); returns whether it does."""
+    if not isinstance(module, NativeKernelModel):
+        if plan.native_required:
+            raise ValueError(f"cpu_kernels=native: the native kernels serve Llama-family models on the CPU, "
+                             f"not {type(module).__name__}")
         return False
-    use_native(plan.kernels)
+    if plan.kernels is None:
+        return False
+    module.use_native_kernels(plan.kernels)
     return True

@@ -17,6 +17,7 @@ import importlib.util
 import logging
 from typing import Any
 
+from tt_backend.contract.modes import TraceMode
 from tt_backend.mesh_options import MeshOptions, submesh_shape
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,10 @@ def tt_device_count() -> int:
 
 class TTMesh:
     """An open mesh device. The generator may split it into submeshes; `close` closes those first."""
+
+    default_trace_mode = TraceMode.DECODE_ONLY
+    """What `trace_mode=auto` traces on a mesh: decode, which the tt-metal generator captures as one
+    ttnn trace at its fixed batch (`decode_forward(enable_trace=...)`); its prefill runs eager."""
 
     def __init__(self, ttnn: Any, mesh: Any, shape: tuple[int, int], fabric: str) -> None:
         self.ttnn = ttnn
