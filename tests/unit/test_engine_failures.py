@@ -7,14 +7,23 @@ from typing import Any
 
 import pytest
 
+from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import StepMode
 from tt_backend.contract.step import StepPlan
-from tt_backend.engine.builder import build_engine
-from tt_backend.engine.engine import LLMEngine, StepTimeout
-from tt_backend.engine.faults import ALLOW_ENV, FaultSpec
+from tt_backend.engine.engine import LLMEngine
+from tt_backend.engine.faults import (
+    ALLOW_ENV,
+    AsyncFaultInjectingRunner,
+    FaultInjectingRunner,
+    FaultSpec,
+    inject_faults,
+)
 from tt_backend.engine.outputs import RequestOutput
+from tt_backend.engine.pipeline import StepPipeline
 from tt_backend.engine.stats import EngineStats
+from tt_backend.engine.watchdog import StepTimeout
+from tt_backend.runtime.step_runner import AsyncStepRunner
 from tt_backend.sampling.params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
@@ -155,6 +164,23 @@ def test_fault_injection_is_refused_without_the_test_environment(monkeypatch: py
     assert FaultSpec.parse("") == ()
 
 
+def test_async_scheduling_needs_a_runner_that_launches_ahead(engine: LLMEngine,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ALLOW_ENV, "1")
+    specs = FaultSpec.parse(f"raise:decode:{TRIGGER}")
+    assert isinstance(engine.runner, AsyncStepRunner)  # the torch ModelRunner
+    kept = inject_faults(engine.runner, specs, frozenset, threading.Event())  # it stays an async runner
+    assert type(kept) is AsyncFaultInjectingRunner and isinstance(kept, AsyncStepRunner)
+    sync_only = FaultInjectingRunner(engine.runner, specs, frozenset, threading.Event())
+    assert not isinstance(sync_only, AsyncStepRunner)
+    with pytest.raises(ValueError, match=r"^async_scheduling=true, but the FaultInjectingRunner cannot "
+                       r"launch a step before the previous one is read \(no async decode\); set "
+                       r"async_scheduling=false$"):
+        StepPipeline(engine.scheduler, sync_only, engine.requests, True, engine.max_model_len)
+    synchronous = StepPipeline(engine.scheduler, sync_only, engine.requests, False, engine.max_model_len)
+    assert synchronous.ahead is None
+
+
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_an_injected_decode_fault_fails_its_batch_and_the_next_requests_succeed(
         monkeypatch: pytest.MonkeyPatch, chat_ids: Any, async_scheduling: bool) -> None:
@@ -171,7 +197,7 @@ def test_an_injected_decode_fault_fails_its_batch_and_the_next_requests_succeed(
         (None, None), ("error", "step failed: injected fault in the decode step (fault_injection)")]
     assert outputs["good"][-1].finish_reason == "length"
     assert sum(len(o.new_token_ids) for o in outputs["good"]) == GREEDY.max_tokens
-    assert engine.faults.injected == 1
+    assert isinstance(engine.runner, FaultInjectingRunner) and engine.runner.injected == 1
     assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
     engine.shutdown()
 

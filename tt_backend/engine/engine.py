@@ -3,9 +3,13 @@
 Thread-safe entry points are `add_request` and `abort`; they only enqueue. Everything else runs
 on the engine thread, one step at a time:
 
+    admit                         (RequestTable: the live requests, grammar parking, finishing)
     schedule → execute → sample   (StepPipeline, with the async decode overlap)
-    update → emit                 (OutputProcessor: stop and length checks, text, final outputs)
+    update → emit                 (OutputProcessor: stop and length checks, text, logprobs)
     report                        (StatsCollector: one EngineStats per lane)
+
+A Watchdog thread fails the engine when a step hangs; with fault_injection the runner is wrapped
+once, here, in a FaultInjectingRunner.
 """
 
 from __future__ import annotations
@@ -20,12 +24,14 @@ from dataclasses import dataclass
 from tt_backend.config import EngineConfig
 from tt_backend.contract.errors import CapacityError, ErrorKind, UnavailableError
 from tt_backend.contract.modes import RequestStatus, StepMode
-from tt_backend.engine.faults import FaultInjector, FaultSpec
+from tt_backend.engine.faults import FaultSpec, inject_faults
 from tt_backend.engine.grammar_compiler import GrammarCompiler
-from tt_backend.engine.output_processor import OutputCallback, OutputProcessor
+from tt_backend.engine.output_processor import OutputProcessor
 from tt_backend.engine.pipeline import StepPipeline
+from tt_backend.engine.requests import OutputCallback, RequestTable
 from tt_backend.engine.stats import CacheInfo
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
+from tt_backend.engine.watchdog import StepTimeout, Watchdog
 from tt_backend.runtime.step_runner import StepRunner
 from tt_backend.sampling.grammar import GrammarBackend
 from tt_backend.sampling.params import SamplingParams
@@ -52,38 +58,39 @@ class _Abort:
     request_id: str
 
 
-class StepTimeout(RuntimeError):
-    """A step ran past step_timeout_s (the watchdog's verdict)."""
-
-
 class LLMEngine:
     def __init__(self, config: EngineConfig, scheduler_config: SchedulerConfig, runner: StepRunner,
                  tokenizer: Tokenizer, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         assert config.max_model_len is not None, "resolve the config for the model first"
         self.config = config
         self.max_model_len: int = config.max_model_len
-        self.runner = runner
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.scheduler = LaneCoordinator(scheduler_config, config.data_parallel_size)
         self.grammars = GrammarCompiler(GrammarBackend(tokenizer, vocab_size, eos_token_ids).compile,
                                         config.grammar_compile_timeout_s, config.grammar_cache_bytes)
         self.stats = StatsCollector(self.scheduler, self._execution_counters, self.grammars.take_stats)
-        self.outputs = OutputProcessor(self.scheduler, tokenizer, eos_token_ids, self.max_model_len,
-                                       self.stats, config.seed, self._release_id, self.grammars)
-        self.faults = FaultInjector(FaultSpec.parse(config.fault_injection))
-        self.pipeline = StepPipeline(self.scheduler, runner, self.outputs.live, bool(config.async_scheduling),
-                                     self.max_model_len, self.faults)
+        self.requests = RequestTable(config, self.scheduler, tokenizer, eos_token_ids, self.stats,
+                                     self.grammars)
+        self.outputs = OutputProcessor(self.scheduler, self.requests, tokenizer, eos_token_ids,
+                                       self.max_model_len, self.stats)
+        self._shutting_down = threading.Event()
+        """Set once at shutdown: ends the watchdog, releases an injected hang."""
+        faults = FaultSpec.parse(config.fault_injection)
+        self.runner = runner if not faults else inject_faults(
+            runner, faults, lambda: self.requests.first_tokens(self._current_request_ids()),
+            self._shutting_down)
+        self.pipeline = StepPipeline(self.scheduler, self.runner, self.requests,
+                                     bool(config.async_scheduling), self.max_model_len)
+        self.watchdog = Watchdog(config.step_timeout_s, lambda: self.pipeline.current, self._fail,
+                                 self._shutting_down)
         self._intake: deque[_Add | _Abort] = deque()
-        self._known_ids: set[str] = set()  # ids added and not yet finished (guarded by _cv)
         self._cv = threading.Condition()
+        """Guards the intake, _stopping and _failure; held over an add's id check and reservation."""
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._failure_listener: Callable[[BaseException], None] | None = None
         self._failure: BaseException | None = None
-        self._step_started: float | None = None  # while the pipeline runs a step (the watchdog reads it)
-        self._watchdog: threading.Thread | None = None
-        self._watchdog_stop = threading.Event()
 
     @property
     def cache_info(self) -> CacheInfo:
@@ -101,17 +108,10 @@ class LLMEngine:
                 raise UnavailableError(f"the engine failed and serves no requests: {self._failure!r}")
             if self._stopping:
                 raise UnavailableError("the engine is shutting down")
-            if request_id in self._known_ids:
-                raise ValueError(f"request id {request_id!r} is already in use")
-            seats = self.config.data_parallel_size * self.config.max_num_seqs
-            limit = seats + self.config.max_waiting_requests
-            if len(self._known_ids) >= limit:
-                raise CapacityError(f"the server is at capacity ({len(self._known_ids)} requests in "
-                                   f"flight, max_waiting_requests={self.config.max_waiting_requests}); "
-                                   "retry later")
+            self.requests.check_id(request_id)  # in use, or no id free (total_num_seqs + waiting)
             if params.structured_outputs is not None:  # it parks until its grammar compiles
                 self._check_parked()
-            self._known_ids.add(request_id)
+            self.requests.reserve(request_id)
             self._intake.append(_Add(request, on_output, time.monotonic()))
             self._cv.notify()
 
@@ -140,8 +140,8 @@ class LLMEngine:
             return bool(self._intake) or self.scheduler.has_work
 
     def set_failure_listener(self, listener: Callable[[BaseException], None]) -> None:
-        """Called once on the engine thread if the loop dies, after every pending request got
-        its error output."""
+        """Called once: on the engine thread if the loop dies, after every pending request got its
+        error output; or on the watchdog's thread if a step hangs (the engine thread stays hung)."""
         self._failure_listener = listener
 
     def set_stats_listener(self, listener: StatsListener) -> None:
@@ -170,23 +170,20 @@ class LLMEngine:
         assert self._thread is None
         self._thread = threading.Thread(target=self._run, name="tt-engine", daemon=True)
         self._thread.start()
-        if self.config.step_timeout_s > 0:
-            self._watchdog = threading.Thread(target=self._watch, name="tt-watchdog", daemon=True)
-            self._watchdog.start()
+        self.watchdog.start()
 
     def shutdown(self) -> None:
         """Stop the loop; every unfinished request ends with finish_reason 'abort'."""
         with self._cv:
             self._stopping = True
             self._cv.notify()
-        self._watchdog_stop.set()
-        self.faults.release()  # an injected hang returns; a real one would keep the join waiting
+        self._shutting_down.set()  # an injected hang returns; a real one would keep the join waiting
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         self._drain_intake()
         self.pipeline.abandon()
-        self.outputs.finish_all(RequestStatus.FINISHED_ABORTED)
+        self.requests.finish_all(RequestStatus.FINISHED_ABORTED)
         self.grammars.shutdown()
         self.runner.close()
 
@@ -195,38 +192,26 @@ class LLMEngine:
             self._loop()
         except BaseException as exc:  # the loop itself broke: fail everything, refuse new work
             logger.exception("the engine thread failed")
-            with self._cv:
-                self._failure = exc
-                self._stopping = True
+            self._refuse_work(exc)
             self._drain_intake()
             self.pipeline.abandon()
-            self.outputs.finish_all(RequestStatus.FINISHED_ERROR, error=f"engine failed: {exc!r}",
-                                    error_kind=ErrorKind.UNAVAILABLE)
+            self.requests.finish_all(RequestStatus.FINISHED_ERROR, error=f"engine failed: {exc!r}",
+                                     error_kind=ErrorKind.UNAVAILABLE)
             self.stats.report(None)
             if self._failure_listener is not None:
                 self._failure_listener(exc)
 
-    def _watch(self) -> None:
-        """The step watchdog (its own thread): a step past step_timeout_s fails the engine. The
-        engine thread stays where it hangs; the failure listener ends every request in flight and
-        the model instance exits (tt_backend/triton/llm_model.py), as a hung device leaves no
-        other way out."""
-        timeout = self.config.step_timeout_s
-        while not self._watchdog_stop.wait(min(1.0, timeout / 4)):
-            started = self._step_started
-            if started is None or time.monotonic() - started <= timeout:
-                continue
-            step = self.pipeline.current
-            what = f"the {step.mode} step of {len(step.request_ids)} request(s)" if step else "a step"
-            exc = StepTimeout(f"{what} has run {time.monotonic() - started:.1f} s, past "
-                              f"step_timeout_s={timeout}: the device or the model is hung")
-            logger.critical("%s; the engine fails", exc)
-            with self._cv:
-                self._failure = exc
-                self._stopping = True
-            if self._failure_listener is not None:
-                self._failure_listener(exc)
-            return
+    def _fail(self, exc: StepTimeout) -> None:
+        """The watchdog's verdict (on its thread): the engine thread stays where it hangs, so the
+        failure listener ends every request in flight and the model instance exits."""
+        self._refuse_work(exc)
+        if self._failure_listener is not None:
+            self._failure_listener(exc)
+
+    def _refuse_work(self, exc: BaseException) -> None:
+        with self._cv:
+            self._failure = exc
+            self._stopping = True
 
     def _loop(self) -> None:
         idle = False
@@ -247,11 +232,8 @@ class LLMEngine:
         had_intake = self._take_intake()
         if not self.scheduler.has_work:
             return None
-        self._step_started = time.monotonic()
-        try:
+        with self.watchdog.timing():
             result = self.pipeline.next(run_empty=had_intake)  # schedule → execute → sample
-        finally:
-            self._step_started = None
         if result.done is not None:
             self.outputs.record(result.done, result.sampled, result.error)  # update → emit
             self.stats.report(result.done)
@@ -261,7 +243,7 @@ class LLMEngine:
         """Apply queued adds and aborts (reporting at once what they changed), and admit the
         requests whose grammars compiled; return whether there were any adds or aborts."""
         had_intake = self._drain_intake()
-        self.outputs.resolve_grammars()
+        self.requests.resolve_grammars()
         if not self.scheduler.has_work or self.stats.has_finished:
             self.stats.report(None)  # aborts applied: report now, not after the next step
         return had_intake
@@ -272,14 +254,15 @@ class LLMEngine:
             self._intake.clear()
         for item in items:
             if isinstance(item, _Add):
-                self.outputs.admit(item.request, item.on_output, item.arrival)
-            elif item.request_id in self.outputs.live:
-                self.outputs.finish(item.request_id, RequestStatus.FINISHED_ABORTED)
+                self.requests.admit(item.request, item.on_output, item.arrival)
+            elif item.request_id in self.requests:
+                self.requests.finish(item.request_id, RequestStatus.FINISHED_ABORTED)
         return bool(items)
 
-    def _release_id(self, request_id: str) -> None:
-        with self._cv:
-            self._known_ids.discard(request_id)
+    def _current_request_ids(self) -> tuple[str, ...]:
+        """The requests of the step being handed to the runner (the fault injector's batch)."""
+        step = self.pipeline.current
+        return () if step is None else step.request_ids
 
     def _execution_counters(self) -> tuple[int, int, int, int]:
         return (self.runner.eager_steps, self.runner.traced_steps, self.pipeline.decode_drains,

@@ -2,25 +2,31 @@
 environment sets TT_BACKEND_ALLOW_FAULT_INJECTION=1.
 
 The option is a comma-separated list of `<raise|hang>:<prefill|decode>:<token id>`, each meaning: a
-step of that mode whose batch holds
-a request whose prompt starts with that token raises (as a failing device step would), or hangs
-until the engine shuts down (as a hung device would, for the step watchdog to find). Requests
-whose prompts start otherwise never meet it, so one server can run faulty and good requests side
-by side.
+step of that mode whose batch holds a request whose prompt starts with that token raises (as a
+failing device step would), or hangs until the engine shuts down (as a hung device would, for the
+step watchdog to find). Requests whose prompts start otherwise never meet it, so one server can run
+faulty and good requests side by side. The faults live in a runner wrapper (FaultInjectingRunner),
+so the step loop carries no fault code.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from tt_backend.contract.modes import StepMode
+from tt_backend.contract.sampling import SampledTokens, SamplingPlan
+from tt_backend.contract.step import StepPlan
+from tt_backend.runtime.config import SamplingConfig
+from tt_backend.runtime.step_runner import AsyncStepRunner, StepRunner
 
 ALLOW_ENV = "TT_BACKEND_ALLOW_FAULT_INJECTION"
 FaultKind = Literal["raise", "hang"]
+FirstTokens = Callable[[], frozenset[int]]
+"""The first prompt tokens of the requests of the step being handed to the runner."""
 
 
 class InjectedFault(RuntimeError):
@@ -53,28 +59,83 @@ class FaultSpec:
         return tuple(specs)
 
 
-class FaultInjector:
-    """Applies the FaultSpecs to the steps the pipeline runs."""
+class FaultInjectingRunner:
+    """A StepRunner over another: a step an injected fault hits raises before its runner sees it (no
+    device work half done), or hangs first (released at shutdown, the step then runs). The engine
+    wraps its runner once, at construction, only when fault_injection is set: nothing checks for
+    faults on a step otherwise."""
 
-    def __init__(self, specs: tuple[FaultSpec, ...] = ()) -> None:
+    def __init__(self, runner: StepRunner, specs: tuple[FaultSpec, ...], first_tokens: FirstTokens,
+                 released: threading.Event) -> None:
+        assert specs, "wrap a runner only when a fault is injected"
+        self.runner = runner
         self.specs = specs
-        self._release = threading.Event()
+        self._first_tokens = first_tokens
+        self._released = released
         self.injected = 0
+        """Faults injected so far (each hit step counts once)."""
 
-    def hit(self, mode: StepMode, prompts: Iterable[tuple[int, ...]]) -> FaultSpec | None:
-        """The first spec that hits a step of this mode over these prompts."""
-        firsts = {p[0] for p in prompts if p}
-        return next((s for s in self.specs if s.mode is mode and s.trigger_token in firsts), None)
+    @property
+    def sampling(self) -> SamplingConfig:
+        return self.runner.sampling
 
-    def apply(self, spec: FaultSpec | None, mode: StepMode) -> None:
-        """Inside the step: raise or hang as `spec` (the one that hit it, if any) says."""
+    @property
+    def eager_steps(self) -> int:
+        return self.runner.eager_steps
+
+    @property
+    def traced_steps(self) -> int:
+        return self.runner.traced_steps
+
+    @property
+    def cache_dtype(self) -> str:
+        return self.runner.cache_dtype
+
+    def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
+        self._inject(plan.mode)
+        return self.runner.run_and_sample(plan, sampling)
+
+    def drain(self) -> int:
+        return self.runner.drain()
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def _inject(self, mode: StepMode) -> None:
+        """Raise or hang as the first spec that hits a step of this mode over the batch being handed
+        over says; return at once if none does. A hang ends when `released` is set (shutdown)."""
+        firsts = self._first_tokens()
+        spec = next((s for s in self.specs if s.mode is mode and s.trigger_token in firsts), None)
         if spec is None:
             return
         self.injected += 1
         if spec.kind == "raise":
             raise InjectedFault(f"injected fault in the {mode} step (fault_injection)")
-        self._release.wait()
+        self._released.wait()
 
-    def release(self) -> None:
-        """Let a hung step return (shutdown)."""
-        self._release.set()
+
+class AsyncFaultInjectingRunner(FaultInjectingRunner):
+    """The wrapper of an AsyncStepRunner: a launch meets the faults too, raising or hanging before
+    anything is in flight, so a hit step fails (or hangs for the watchdog) as a synchronous one would.
+    A continuation launched behind a step in flight holds that step's requests, which no fault hit
+    (else it would not be in flight), so no fault ever hits one."""
+
+    def __init__(self, runner: AsyncStepRunner, specs: tuple[FaultSpec, ...], first_tokens: FirstTokens,
+                 released: threading.Event) -> None:
+        super().__init__(runner, specs, first_tokens, released)
+        self.async_runner = runner
+
+    def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
+        self._inject(plan.mode)
+        return self.async_runner.launch(plan, sampling, after)
+
+    def complete(self, handle: int) -> SampledTokens:
+        return self.async_runner.complete(handle)
+
+
+def inject_faults(runner: StepRunner, specs: tuple[FaultSpec, ...], first_tokens: FirstTokens,
+                  released: threading.Event) -> FaultInjectingRunner:
+    """`runner` wrapped to meet `specs` (keeping whether it can launch steps ahead)."""
+    if isinstance(runner, AsyncStepRunner):
+        return AsyncFaultInjectingRunner(runner, specs, first_tokens, released)
+    return FaultInjectingRunner(runner, specs, first_tokens, released)

@@ -1,5 +1,7 @@
-"""ModelRunner: one lane's execution for a torch model, composed from the runtime parts, and the
-root of their cleanup.
+"""ModelRunner: the execution of every lane's merged batch for a torch model, composed from the
+runtime parts, and the root of their cleanup. The lanes share one physical KV cache, a region per
+lane (`PageTableLayout.lanes`); a row's lane-local block ids become physical ones in one place,
+`prepare_host_inputs`.
 
     model ─▶ PagedKVCacheManager ─▶ ProgramCompiler ─▶ EagerExecutor
                                    └▶ TraceCompiler ─▶ TracedExecutor (over that exact eager one)
@@ -21,6 +23,7 @@ from torch import nn
 from tt_backend.contract.modes import SampleOnDeviceMode, StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
 from tt_backend.contract.step import StepPlan
+from tt_backend.devices.cleanup import CleanupError, CleanupLog
 from tt_backend.devices.device import Device, Launched
 from tt_backend.runtime.config import (
     DecodeRuntimeConfig,
@@ -34,7 +37,6 @@ from tt_backend.runtime.executor import EagerExecutor, TracedExecutor, model_ste
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.output_reader import OutputReader
 from tt_backend.runtime.program_compiler import ProgramCompiler
-from tt_backend.runtime.resources import CleanupError, CleanupLog
 from tt_backend.runtime.trace_compiler import TraceCompiler
 from tt_backend.runtime.warmup import LaneExecutors, WarmupCoordinator, WarmupReport
 
@@ -50,7 +52,7 @@ class ModelRunner:
         self.sampling = sampling or SamplingConfig(SampleOnDeviceMode.ALL)
         self.kv = PagedKVCacheManager(kv_config, layout, device.device)
         self.programs = ProgramCompiler(self.kv)
-        steps = model_steps(model, device.device)
+        steps = model_steps(model, device)
         self.eager = EagerExecutor(steps, self.kv, device.device, decode, prefill, self.programs)
         self.traces = TraceCompiler(self.programs, device, steps, self.kv) if trace.decode else None
         self.traced = TracedExecutor(self.eager, self.traces) if self.traces is not None else None
