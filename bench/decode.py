@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
+from tt_backend.assembly.torch_engine import build_runner
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import StepVariant, TraceMode
 from tt_backend.contract.sampling import SamplingPlan
 from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.linears import convert_linears
-from tt_backend.engine.builder import build_runner
 from tt_backend.models.llama import LlamaForCausalLM
 from tt_backend.models.loader import LoadedModel, load_model, select_kernels
 from tt_backend.sampling.device_sampler import sampling_tensors
@@ -86,7 +86,7 @@ def engine_throughput(model_dir: Path, dtype: str, device: str, concurrency: int
     """Output tokens/s of the engine serving `concurrency` requests queued before it starts, over
     `lanes` lanes of concurrency / lanes sequences each; `sampling`: SamplingParams fields of every
     request (default: temperature 1), `options`: more EngineConfig fields."""
-    from tt_backend.engine.builder import build_engine
+    from tt_backend.assembly import build_engine
     from tt_backend.sampling.params import SamplingParams
     from tt_backend.text.tokenizer import encode_chat
 

@@ -43,8 +43,8 @@ def write_random_checkpoint(out: Path, tokenizer_dir: Path) -> None:
 
 def run(model: str, device: str, dtype: str, trace_mode: str, async_scheduling: bool, max_tokens: int
         ) -> tuple[dict[str, list[int]], dict[str, Any]]:
+    from tt_backend.assembly import build_engine
     from tt_backend.config import EngineConfig
-    from tt_backend.engine.builder import build_engine
     from tt_backend.sampling.params import SamplingParams
     from tt_backend.text.tokenizer import encode_chat
 

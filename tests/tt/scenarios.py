@@ -13,11 +13,11 @@ from typing import Any
 
 import ttnn
 
+from tt_backend.assembly import build_engine, uses_tt
 from tt_backend.config import EngineConfig
 from tt_backend.devices.tt.mesh import TTMesh, tt_device_count
-from tt_backend.engine.builder import build_engine, uses_tt
-from tt_backend.engine.tt_builder import load_tt_model
 from tt_backend.mesh_options import MeshOptions
+from tt_backend.models.tt_loader import load_tt_model
 
 MARK = "SCENARIO-RESULT "
 

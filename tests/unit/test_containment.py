@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
 from tt_backend.contract.errors import ErrorKind
 from tt_backend.contract.limits import RequestLimits
-from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.sampling.device_sampler import sampling_tensors

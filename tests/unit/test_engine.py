@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import CHAT_PROMPTS
+from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
-from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats

@@ -8,8 +8,8 @@ from typing import Any
 
 from tests.conftest import CHAT_PROMPTS
 from tests.unit.test_engine import serve
+from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
-from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.sampling.params import SamplingParams

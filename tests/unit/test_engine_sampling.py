@@ -13,8 +13,8 @@ import torch
 
 from tests.conftest import CHAT_PROMPTS
 from tests.unit.test_engine import generate
+from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
-from tt_backend.engine.builder import build_engine
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.sampling.params import SamplingParams

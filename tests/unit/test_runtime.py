@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from tt_backend.assembly.torch_engine import build_runner
 from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import TraceMode
 from tt_backend.contract.step import PlannedRow, StepPlan
+from tt_backend.devices.cleanup import CleanupError
 from tt_backend.devices.cpu.compute_plan import ComputePlan
-from tt_backend.engine.builder import build_runner
 from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.config import StepShape
 from tt_backend.runtime.program_compiler import CompileGateClosedError
-from tt_backend.runtime.resources import CleanupError
 from tt_backend.runtime.runner import ModelRunner
 from tt_backend.runtime.trace_compiler import TraceCoverageError
 

@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from tt_backend.assembly import build_engine, uses_tt
 from tt_backend.config import EngineConfig
-from tt_backend.engine.builder import build_engine, uses_tt
 from tt_backend.mesh_options import MeshOptions, parse_mesh_device, submesh_shape
 from tt_backend.models.tt_capabilities import generator_capabilities
 

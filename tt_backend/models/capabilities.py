@@ -6,7 +6,10 @@ the user asked for it explicitly.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,22 @@ class ModelCapabilities:
     device_sampling: bool = False
     single_execute: bool = False
     """One program executes every data-parallel lane each step (in-process lanes)."""
+
+    def log_undeclared(self, architecture: str) -> None:
+        """Say which of the features the config may turn on by default are off for this model."""
+        for feature, declared in (("prefix caching", self.prefix_caching),
+                                  ("chunked prefill", self.chunked_prefill)):
+            if not declared:
+                logger.info("%s off: %s does not declare support for it", feature, architecture)
+
+
+def check_lanes(architecture: str, caps: ModelCapabilities, lanes: int) -> None:
+    """In-process lanes share one program each step: refuse them for a model that is not single-execute."""
+    if lanes > 1 and not caps.single_execute:
+        raise ValueError(
+            f"data_parallel_size={lanes}: {architecture} does not declare single-execute, so its lanes "
+            "cannot share one program; serve it as one lane per model instance instead (Triton "
+            "instance_group count in config.pbtxt, each instance on its own device)")
 
 
 # Our torch Llama family: paged attention over any context makes caching, chunking and batched

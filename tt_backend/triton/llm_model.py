@@ -23,10 +23,10 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
+from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
 from tt_backend.contract.errors import ErrorKind, kind_of
 from tt_backend.contract.modes import FinishReason
-from tt_backend.engine.builder import build_engine
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name

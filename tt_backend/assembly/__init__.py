@@ -1,0 +1,7 @@
+"""The composition room: builds the torch or the Tenstorrent engine from an EngineConfig, with one
+shared finishing step. Only `triton/` and tests import it; it is the one place that knows every
+room (models, devices, runtime, scheduler, engine)."""
+
+from tt_backend.assembly.build import build_engine, uses_tt
+
+__all__ = ["build_engine", "uses_tt"]

@@ -1,0 +1,24 @@
+"""The finishing step the torch and the Tenstorrent engine share: tokenizer, end-of-sequence ids,
+the scheduler's config and the LLMEngine over the runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tt_backend.config import EngineConfig
+from tt_backend.engine.engine import LLMEngine
+from tt_backend.runtime.step_runner import StepRunner
+from tt_backend.scheduler.scheduled_step import SchedulerConfig
+from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
+
+
+def finish_engine(config: EngineConfig, runner: StepRunner, model_dir: Path, vocab_size: int) -> LLMEngine:
+    """The engine over a warmed-up runner (config resolved for the model, KV capacity final); a
+    failure here closes the runner (and with it the device)."""
+    try:
+        tokenizer = load_tokenizer(model_dir)
+        return LLMEngine(config, SchedulerConfig.from_engine_config(config), runner, tokenizer, vocab_size,
+                         eos_token_ids(model_dir, tokenizer.eos_token_id))
+    except BaseException:
+        runner.close()
+        raise
