@@ -46,9 +46,13 @@ def test_every_family_has_one_series_per_model_and_lane(server: Server) -> None:
         assert series("vllm:request_success_total", finished_reason=reason) in metrics
     for mode in ("prefill", "decode", "empty"):
         assert series("tt:steps_total", mode=mode) in metrics
-    # Info metrics: the default KV cache, and no LoRA adapter. 1 GiB in blocks of 16 tokens, each
-    # token 30 layers x (K, V) x 3 KV heads x 64 dims of fp32.
-    blocks = (1 << 30) // (16 * 30 * 2 * 3 * 64 * 4)
+    # Info metrics: the KV cache as sized at load, and no LoRA adapter. kv_cache_memory_bytes=auto
+    # (the default) logs the blocks it chose; at most the ceiling, 32 seats x 512 blocks of 16 tokens.
+    sized = re.findall(r"kv cache: kv_cache_memory_bytes=auto: .* -> (\d+) blocks of 16 per lane",
+                       server.log_text())
+    assert len(sized) == 1, "the server logs its KV sizing once"
+    blocks = int(sized[0])
+    assert 512 <= blocks <= 32 * 512
     cache = {k: v for k, v in metrics.items() if k.startswith("vllm:cache_config_info{")}
     assert cache == {series("vllm:cache_config_info", block_size="16", cache_dtype="float32",
                             enable_prefix_caching="True", num_gpu_blocks=str(blocks)): 1}

@@ -80,14 +80,17 @@ def size_kv_cache(config: EngineConfig, block_bytes: int, device: torch.device,
 def _profile_prefill(config: EngineConfig, tokens: int, device: torch.device,
                      scratch_runner: RunnerFactory) -> PeakReading:
     """The memory peak of one eager prefill step of `tokens` tokens, above the scratch cache it
-    runs over (allocated before the measurement)."""
+    runs over (allocated before the measurement). The step runs once unmeasured first: the first
+    forward pages in memory-mapped weights and fills the allocators' caches (it measured 270 MiB at
+    128 tokens on the default model in float32 in the server, against 5 MiB for the same step again)."""
     blocks = -(-tokens // config.block_size)
     scratch = scratch_runner(dataclasses.replace(config, num_kv_blocks=blocks, trace_mode=TraceMode.NONE,
                                                  data_parallel_size=1))
     try:
         scratch.allocate()
-        row = PlannedRow(tuple([0] * tokens), 0, tuple(range(blocks)), True)
-        _, peak = measure_peak(device, lambda: scratch.execute(StepPlan(StepMode.PREFILL, (row,))))
+        plan = StepPlan(StepMode.PREFILL, (PlannedRow(tuple([0] * tokens), 0, tuple(range(blocks)), True),))
+        scratch.execute(plan)
+        _, peak = measure_peak(device, lambda: scratch.execute(plan))
     finally:
         scratch.close()
     return peak
