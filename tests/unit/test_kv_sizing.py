@@ -87,3 +87,29 @@ def test_the_options_parse_auto_and_check_the_fraction() -> None:
             EngineConfig.from_parameters({"kv_cache_memory_fraction": bad})
     with pytest.raises(ValueError, match="kv_cache_memory_fraction='x' is not a number"):
         EngineConfig.from_parameters({"kv_cache_memory_fraction": "x"})
+
+
+class _ScratchRunner:
+    """What the profile asks of its scratch runner (the real one is exercised above)."""
+
+    def allocate(self) -> None: ...
+
+    def execute(self, plan: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_the_device_cap_bounds_an_auto_cache_whatever_is_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from tt_backend.devices.torch.device import TorchDevice
+
+    _readings(monkeypatch, free=1 << 40, peak=0)
+    config = EngineConfig(**{**CONFIG, "max_model_len": 8192, "data_parallel_size": 2}).resolve_for_model(
+        8192, BLOCK_BYTES // 16)
+    cap = TorchDevice.for_device(torch.device("cpu")).auto_kv_cache_cap
+    assert cap == 4 << 30
+    sizing = kv_sizing.size_kv_cache(config, BLOCK_BYTES, torch.device("cpu"),
+                                     lambda c: _ScratchRunner(), cap)  # type: ignore[arg-type,return-value]
+    assert sizing.blocks_per_lane == (4 << 30) // (2 * BLOCK_BYTES) < config.num_kv_blocks == 8 * 512
+    assert "at most 4096 MiB on this device" in sizing.describe(config, BLOCK_BYTES)

@@ -6,7 +6,9 @@ the memory the device has free (CUDA: mem_get_info; CPU: MemAvailable, bounded b
 limit), measure the peak one prefill step of the model reaches on a scratch runner, scale it to the
 step's token budget (max_num_batched_tokens), and give the KV cache `kv_cache_memory_fraction` of
 what is left, at most the ceiling the config resolved to (every seat of every lane at
-max_model_len: more blocks than that could only hold prefix-cache entries).
+max_model_len: more blocks than that could only hold prefix-cache entries) and at most the device's
+cap for an auto cache (`TorchDevice.auto_kv_cache_cap`: 4 GiB on the CPU, as vLLM's CPU backend
+reserves; none on CUDA).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class KVSizing:
     peak: PeakReading
     profiled_tokens: int
     ceiling: int
+    cap: int | None
 
     def describe(self, config: EngineConfig, block_bytes: int) -> str:
         mib = 1 << 20
@@ -50,23 +53,28 @@ class KVSizing:
                 f"({self.free_how}), step peak {self.step_peak / mib:.0f} MiB "
                 f"({self.peak.bytes / mib:.1f} MiB at {self.profiled_tokens} prefill tokens by "
                 f"{self.peak.how}, scaled to max_num_batched_tokens={config.max_num_batched_tokens}); "
-                f"{config.kv_cache_memory_fraction} of the rest -> {self.blocks_per_lane} blocks of "
+                f"{config.kv_cache_memory_fraction} of the rest"
+                f"{'' if self.cap is None else f', at most {self.cap / mib:.0f} MiB on this device'}"
+                f" -> {self.blocks_per_lane} blocks of "
                 f"{config.block_size} per lane x {config.data_parallel_size} lane(s) = {total / mib:.0f} MiB "
                 f"(ceiling {self.ceiling} blocks per lane: max_num_seqs x max_model_len)")
 
 
 def size_kv_cache(config: EngineConfig, block_bytes: int, device: torch.device,
-                  scratch_runner: RunnerFactory) -> KVSizing:
+                  scratch_runner: RunnerFactory, cap: int | None) -> KVSizing:
     """Blocks per lane for an auto-sized cache of `config` (resolved for the model: its
-    num_kv_blocks is the ceiling). `scratch_runner` builds a runner for a config (the profile's)."""
+    num_kv_blocks is the ceiling). `scratch_runner` builds a runner for a config (the profile's);
+    `cap`: the most the device lets an auto cache take (`TorchDevice.auto_kv_cache_cap`)."""
     assert config.num_kv_blocks is not None and config.max_model_len is not None
     free, free_how = free_bytes(device)
     tokens = min(PROFILE_TOKENS, config.max_num_batched_tokens, config.max_model_len)
     peak = _profile_prefill(config, tokens, device, scratch_runner)
     step_peak = peak.bytes * config.max_num_batched_tokens // tokens
     budget = int(config.kv_cache_memory_fraction * max(0, free - step_peak))
+    if cap is not None:
+        budget = min(budget, cap)
     blocks = min(config.num_kv_blocks, budget // (block_bytes * config.data_parallel_size))
-    sizing = KVSizing(blocks, free, free_how, step_peak, peak, tokens, config.num_kv_blocks)
+    sizing = KVSizing(blocks, free, free_how, step_peak, peak, tokens, config.num_kv_blocks, cap)
     per_request = -(-config.max_model_len // config.block_size)
     if blocks < per_request:
         raise ValueError(

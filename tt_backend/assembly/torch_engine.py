@@ -61,7 +61,8 @@ def build_torch_engine(config: EngineConfig) -> LLMEngine:
 
     runner = runner_for(config)
     if auto_kv:  # the late, shrink-only capacity step, now that the weights are resident
-        sizing = size_kv_cache(config, per_token * config.block_size, device, runner_for)
+        cap = TorchDevice.for_device(device).auto_kv_cache_cap
+        sizing = size_kv_cache(config, per_token * config.block_size, device, runner_for, cap)
         logger.info("%s", sizing.describe(config, per_token * config.block_size))
         config = dataclasses.replace(config, num_kv_blocks=sizing.blocks_per_lane)
         runner.configure_capacity(lanes * sizing.blocks_per_lane)

@@ -75,6 +75,8 @@ class TorchDevice(ABC):
     default_trace_mode: TraceMode
     dense_prefill_batches: bool
     step_may_branch_on_host: bool
+    auto_kv_cache_cap: int | None
+    """The most an auto-sized KV cache (kv_cache_memory_bytes=auto) takes here; None: no cap."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -127,6 +129,11 @@ class CpuTorchDevice(TorchDevice):
     """One graph per step function serves every shape, so denser waves cost only their capture."""
     step_may_branch_on_host = True
     """The step runs on the host: deciding there costs no device round trip."""
+    auto_kv_cache_cap = 4 << 30
+    """Host memory is shared with the tokenizer models, the front and whatever else runs, and grows
+    after the cache is sized: a cache of half the free RAM (11 GiB for the default model in float32
+    on a 24 GiB machine) got the model's process OOM-killed when other servers started beside it.
+    vLLM's CPU backend reserves a fixed 4 GiB (VLLM_CPU_KVCACHE_SPACE) by default."""
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
@@ -227,6 +234,9 @@ class CudaTorchDevice(TorchDevice):
     """Each shape costs a graph (memory) or a compiled program (time): waves pad to powers of two."""
     step_may_branch_on_host = False
     """A step is one CUDA graph: a host decision inside it would synchronize, and cannot be captured."""
+    auto_kv_cache_cap = None
+    """The GPU's memory is the engine's own: the fraction of what is free is the budget (vLLM's
+    gpu_memory_utilization idea)."""
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
