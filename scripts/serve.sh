@@ -8,7 +8,9 @@
 #
 # Beside tritonserver runs the OpenAI front (python -m tt_backend.openai_front) on --openai-port
 # (default 9000, on --host unless --openai-host), over Triton's gRPC port; --no-openai turns it off.
-# --openai-arg passes one flag to the front (e.g. --openai-arg=--limit-concurrency=64).
+# --openai-arg passes one flag to the front (e.g. --openai-arg=--limit-concurrency=64); its /metrics
+# re-exports this tritonserver's metrics port. An API key (--openai-arg=--api-key=KEY, or better the
+# env TT_BACKEND_API_KEY, which the front inherits and no process list shows) is never echoed here.
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
 # tritonserver runs in the foreground with its log on stdout, under scripts/supervise.py: when a
@@ -129,6 +131,7 @@ echo "[serve] model: $MODEL_DIR"
 echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRICS_PORT"
 echo "[serve] run folder $RUN_DIR  shm prefix $SHM_PREFIX"
 case "$HOST" in 0.0.0.0|::|"[::]") LOCAL=127.0.0.1 ;; *) LOCAL=$HOST ;; esac
+case "$LOCAL" in \[*) LOCAL_URL=$LOCAL ;; *:*) LOCAL_URL="[$LOCAL]" ;; *) LOCAL_URL=$LOCAL ;; esac
 "$VENV/bin/python" "$ROOT/scripts/supervise.py" --ready-url "http://$LOCAL:$HTTP_PORT/v2/health/ready" \
     --shm-prefix "$SHM_PREFIX" ${RESTART[@]+"${RESTART[@]}"} -- \
 "$TRITONSERVER" \
@@ -145,6 +148,7 @@ if [ "$OPENAI" = 1 ]; then
     echo "[serve] OpenAI front http://${OPENAI_HOST:-$HOST}:$OPENAI_PORT/v1 (over grpc $HOST:$GRPC_PORT)"
     "$VENV/bin/python" -m tt_backend.openai_front --host "${OPENAI_HOST:-$HOST}" --port "$OPENAI_PORT" \
         --triton-url "$HOST:$GRPC_PORT" --model "$MODEL_DIR" --max-model-len "$MAX_MODEL_LEN" \
+        --triton-metrics-url "http://$LOCAL_URL:$METRICS_PORT/metrics" \
         ${OPENAI_ARGS[@]+"${OPENAI_ARGS[@]}"} &
     FRONT=$!
 fi

@@ -7,7 +7,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,18 +43,22 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def start_server(log: Path, *settings: str, env: dict[str, str] | None = None,
-                 openai_port: int | None = None) -> tuple[subprocess.Popen[bytes], Server]:
-    """serve.sh on free ports; the OpenAI front only with `openai_port`."""
+def start_server(log: Path, *settings: str, env: dict[str, str] | None = None, openai_port: int | None = None,
+                 openai_args: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], Server]:
+    """serve.sh on free ports; the OpenAI front only with `openai_port`, given `openai_args` (flags of
+    `python -m tt_backend.openai_front`, passed as serve.sh's --openai-arg)."""
     http, grpc, metrics = free_ports(3)
     args = ["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
             "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
     args += ["--openai-port", str(openai_port)] if openai_port is not None else ["--no-openai"]
     for setting in settings:
         args += ["--set", setting]
+    args += [f"--openai-arg={flag}" for flag in openai_args]
     out = open(log, "wb")
+    # A key in the caller's environment would lock every front; a test that wants one passes it.
+    inherited = {k: v for k, v in os.environ.items() if k != "TT_BACKEND_API_KEY"}
     proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                            start_new_session=True, env={**os.environ, **(env or {})})
+                            start_new_session=True, env={**inherited, **(env or {})})
     front = None if openai_port is None else f"http://127.0.0.1:{openai_port}/v1"
     server = Server(f"127.0.0.1:{http}", f"127.0.0.1:{grpc}", f"127.0.0.1:{metrics}", log, front)
     return proc, server

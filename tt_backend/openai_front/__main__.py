@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from typing import Any
 
 import jinja2
 import uvicorn
 
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
+from tt_backend.openai_front.access import API_KEY_ENV, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.app import FrontConfig, create_app
 from tt_backend.openai_front.hosts import AllowedHosts
 from tt_backend.openai_front.limits import ServerLimits, uvicorn_config
+from tt_backend.openai_front.metrics import check_url
 from tt_backend.openai_front.tool_calls import with_tools_in_system
 from tt_backend.text.tokenizer import load_tokenizer
 
@@ -42,21 +45,43 @@ def _parser() -> argparse.ArgumentParser:
                         help="comma-separated Host names or addresses answered beside the loopback ones "
                              "(bound to a loopback address, only those are answered; elsewhere, any Host "
                              "unless this is given)")
+    parser.add_argument("--api-key", default=None,
+                        help=f"requests (all but /health and /metrics) must send `Authorization: Bearer "
+                             f"KEY`, else 401; default: the env {API_KEY_ENV} (which keeps the key out "
+                             "of the process list), else no key")
+    parser.add_argument("--allowed-origins", default="",
+                        help="CORS: origins (scheme://host[:port], or *) whose pages may call the front, "
+                             "as a JSON list or comma-separated (default: none, no CORS headers)")
+    parser.add_argument("--allowed-methods", default="*", help="CORS: methods allowed (default: *)")
+    parser.add_argument("--allowed-headers", default="*", help="CORS: request headers allowed (default: *)")
+    parser.add_argument("--allow-credentials", action="store_true",
+                        help="CORS: let pages send cookies (not with --allowed-origins '*')")
+    parser.add_argument("--triton-metrics-url", default=FrontConfig.triton_metrics_url,
+                        help="tritonserver's Prometheus endpoint, re-exported on this port as /metrics")
     return parser
 
 
 def main() -> None:
-    args = _parser().parse_args()
+    parser = _parser()
+    args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     limits = ServerLimits(args.limit_concurrency, args.timeout_keep_alive, args.timeout_request_head)
-    allowed = AllowedHosts.for_bind(args.host, args.allowed_hosts.split(","))
+    try:  # before the model loads: a bad flag fails in a moment, with usage
+        allowed = AllowedHosts.for_bind(args.host, args.allowed_hosts.split(","))
+        api_key = resolve_api_key(args.api_key, os.environ)
+        cors = CorsPolicy.from_flags(args.allowed_origins, args.allowed_methods, args.allowed_headers,
+                                     args.allow_credentials)
+        check_url(args.triton_metrics_url)
+    except ValueError as exc:
+        parser.error(str(exc))
     model_dir = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(model_dir)
     with open(model_dir / "config.json", encoding="utf-8") as f:
         max_len = args.max_model_len or int(json.load(f)["max_position_embeddings"])
     name = args.served_model_name or served_model_name(model_dir)
     config = FrontConfig(args.triton_url, name, max_len, max_body_bytes=args.max_body_bytes,
-                         body_timeout_s=args.timeout_request_body, allowed_hosts=allowed)
+                         body_timeout_s=args.timeout_request_body, allowed_hosts=allowed, api_key=api_key,
+                         cors=cors, triton_metrics_url=args.triton_metrics_url)
 
     template_takes_tools = "tools" in str(tokenizer.chat_template or "")
 
@@ -76,10 +101,12 @@ def main() -> None:
     def encode(text: str) -> list[int]:
         return list(tokenizer(text).input_ids)
 
-    logging.getLogger(__name__).info(
-        "OpenAI front for %s (max_model_len %d) on http://%s:%d, Triton at %s; Host check: %s",
-        name, max_len, args.host, args.port, args.triton_url,
-        "off" if allowed is None else ", ".join(["loopback names", *sorted(allowed.extra)]))
+    logging.getLogger(__name__).info(  # never the key itself
+        "OpenAI front for %s (max_model_len %d) on http://%s:%d, Triton at %s; Host check: %s; API key: %s; "
+        "CORS: %s; /metrics from %s", name, max_len, args.host, args.port, args.triton_url,
+        "off" if allowed is None else ", ".join(["loopback names", *sorted(allowed.extra)]),
+        "off" if api_key is None else "required", "off" if cors is None else cors.describe(),
+        args.triton_metrics_url)
     server = uvicorn.Server(uvicorn_config(create_app(config, render, decode, encode), args.host, args.port,
                                            limits))
     server.run()

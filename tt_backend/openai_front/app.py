@@ -16,17 +16,20 @@ import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import tritonclient.grpc.aio as grpcclient
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tt_backend.openai_front.access import ApiKeyCheck, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.body import BodyLimits, parse, read_body
 from tt_backend.openai_front.errors import BadRequest, RequestError
 from tt_backend.openai_front.events import collect, events
 from tt_backend.openai_front.hosts import AllowedHosts, HostCheck
+from tt_backend.openai_front.metrics import PROMETHEUS_TEXT, MetricsUnavailable, TritonMetrics, check_url
 from tt_backend.openai_front.requests import GenerateCall, Render, chat_call, chat_prompt, completion_call
 from tt_backend.openai_front.responses import Envelope, error_body
 from tt_backend.openai_front.triton_stream import TritonError, stream
@@ -49,10 +52,24 @@ class FrontConfig:
     tokenizer_threads: int = 2
     """Threads that run chat templates and tokenizers (they hold the GIL for most of it, so more
     threads than this buys little on a small machine)."""
+    api_key: str | None = field(default=None, repr=False)
+    """The key every request but /health and /metrics must send as `Authorization: Bearer` (None:
+    none needed); see access.py. Out of repr, so no log or traceback of the config shows it."""
+    cors: CorsPolicy | None = None
+    """CORS headers for browser pages of other origins (None: none sent)."""
+    triton_metrics_url: str = "http://127.0.0.1:8002/metrics"
+    """tritonserver's Prometheus endpoint, which /metrics passes through."""
+    metrics_timeout_s: float = 3.0
+    """Seconds one /metrics scrape may take end to end (503 after), well inside Prometheus' 10 s."""
 
     def __post_init__(self) -> None:
         if self.tokenizer_threads < 1:
             raise ValueError(f"tokenizer_threads must be >= 1, got {self.tokenizer_threads}")
+        if self.api_key is not None:
+            resolve_api_key(self.api_key, {})  # raises on a key no client could send
+        check_url(self.triton_metrics_url)
+        if not self.metrics_timeout_s > 0:
+            raise ValueError(f"metrics_timeout_s must be > 0, got {self.metrics_timeout_s}")
         BodyLimits(self.max_body_bytes, self.body_timeout_s)  # raises on a bad limit
 
     @property
@@ -75,17 +92,27 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
     prompt's text → token ids (for /tokenize; without it /tokenize takes chat messages only)."""
     clients: dict[str, grpcclient.InferenceServerClient] = {}
     pools: dict[str, ThreadPoolExecutor] = {}
+    scrapers: dict[str, TritonMetrics] = {}
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         clients["triton"] = grpcclient.InferenceServerClient(config.triton_url)
         pools["tokenizer"] = ThreadPoolExecutor(config.tokenizer_threads,
                                                 thread_name_prefix="front-tokenizer")
+        scrapers["triton"] = TritonMetrics(config.triton_metrics_url, config.metrics_timeout_s)
         yield
         await clients["triton"].close()
+        await scrapers["triton"].aclose()
         pools["tokenizer"].shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="tt_backend OpenAI front", lifespan=lifespan)
+    # The last added runs first: the Host check, then CORS (so a 401 carries CORS headers a page can
+    # read, and a preflight is answered before the key check), then the key check.
+    if config.api_key is not None:
+        app.add_middleware(ApiKeyCheck, key=config.api_key)
+    if (cors := config.cors) is not None:
+        app.add_middleware(CORSMiddleware, allow_origins=cors.origins, allow_methods=cors.methods,
+                           allow_headers=cors.headers, allow_credentials=cors.credentials)
     if config.allowed_hosts is not None:
         app.add_middleware(HostCheck, allowed=config.allowed_hosts)
 
@@ -111,6 +138,15 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         except Exception:  # noqa: BLE001 (Triton not reachable: not ready)
             ready = False
         return Response(status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """tritonserver's metrics (the engine's `vllm:*` series), where tools built for vLLM scrape."""
+        try:
+            text = await scrapers["triton"].scrape()
+        except MetricsUnavailable as exc:
+            return _error(str(exc), 503)
+        return Response(text, media_type=PROMETHEUS_TEXT)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -14,6 +14,8 @@ def error_body(message: str, status: int, param: str | None = None) -> dict[str,
     kind = "invalid_request_error" if status < 500 else "server_error"
     if status == 404:
         kind = "not_found_error"
+    elif status == 401:  # the name the openai SDK gives its exception for a 401 (AuthenticationError)
+        kind = "authentication_error"
     return {"error": {"message": message, "type": kind, "param": param, "code": status}}
 
 
