@@ -4,7 +4,7 @@
 
 They run with real argument and shape validation on any device ttnn opens (mock devices too, where
 every value is zero), so a shape, layout or page-table mistake fails with ttnn's own error. The
-reference generator of the tests calls them on every step it serves.
+contract generator of the tests (tests/tt/bundles/tt_contract_llama) calls them on every step it serves.
 """
 
 from __future__ import annotations

@@ -88,10 +88,11 @@ def load_fails(params: dict[str, str], engine: bool = True) -> dict[str, Any]:
     return {"error": None}
 
 
-def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int,
-           concurrent: bool = False) -> dict[str, Any]:
-    """Serve the prompts greedily through the engine on the mesh, one after another or all at
-    once; return their token ids and the most rows a decode step held."""
+def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int, concurrent: bool = False,
+           sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Serve the prompts through the engine on the mesh (greedy, or with `sampling`'s parameters,
+    e.g. a temperature and a seed), one after another or all at once; return their token ids, what
+    the contract generator saw and what the scheduler counted."""
     import threading
 
     from tt_backend.engine.outputs import RequestOutput
@@ -118,24 +119,28 @@ def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int,
                 done[i].set()
         return on_output
 
-    greedy = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    chosen = SamplingParams(max_tokens=max_tokens, **(sampling or {"temperature": 0.0}))
     llm.start()
     try:
         for i, ids in enumerate(prompts):
-            llm.add_request(f"r{i}", ids, greedy, collect(i))
+            llm.add_request(f"r{i}", ids, chosen, collect(i))
             if not concurrent:
                 assert done[i].wait(timeout=600), f"request r{i} did not finish"
         for i, event in enumerate(done):
             assert event.wait(timeout=600), f"request r{i} did not finish"
         assert not errors, errors[0]
-        # before shutdown drops the generator
-        rows_per_submesh, warmups = list(runner.generator.rows_per_submesh), runner.generator.warmups
+        generator = runner.generator  # before shutdown drops it
+        seen = {"rows_per_submesh": list(generator.rows_per_submesh), "warmups": generator.warmups,
+                "prefill_calls": generator.prefill_calls, "decode_calls": generator.decode_calls}
+        lanes = llm.scheduler.lanes
+        counted = {"preemptions": sum(lane.stats.preemptions for lane in lanes),
+                   "prefix_cache_hits": sum(lane.stats.prefix_cache_hits for lane in lanes)}
     finally:
         llm.shutdown()
     return {"tokens": outputs, "max_decode_rows": rows_seen[0], "eager_steps": runner.eager_steps,
-            "lanes": runner.lanes, "rows_per_submesh": rows_per_submesh, "warmups": warmups,
-            "traced_steps": runner.traced_steps, "cleanup": runner.cleanup_log.events,
-            "fabric_closed": _fabric(), "reopens": _reopens(), "cache_dtype": llm.cache_info.dtype}
+            "lanes": runner.lanes, **seen, **counted, "traced_steps": runner.traced_steps,
+            "cleanup": runner.cleanup_log.events, "fabric_closed": _fabric(), "reopens": _reopens(),
+            "cache_dtype": llm.cache_info.dtype}
 
 
 def paged_ops(params: dict[str, str]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """device=tt through tritonserver (scripts/serve.sh with the .venv-tt interpreter) on a mock n150
-with the reference generator bundle: the four chat prompts stream through tt_llm with HF fp32
-greedy's tokens (the reference generator's host compute: mock read-backs are zeros), and
-tensor_parallel_size=2 fails the load naming MESH_DEVICE."""
+with the contract generator bundle (tt-metal's generator API, its preconditions checked, HF on the
+host for the numbers: mock read-backs are zeros): the four chat prompts stream through tt_llm with
+HF fp32 greedy's tokens, a prompt reusing cached blocks too, and tensor_parallel_size=2 fails the
+load naming MESH_DEVICE."""
 
 import sys
 from collections.abc import Iterator
@@ -15,9 +16,10 @@ from tests.conftest import CHAT_PROMPTS
 from tests.integration.clients import grpc_stream
 from tests.integration.conftest import Server, failed_load, start_server, stop_server, wait_ready
 from tests.tt.mock_device import BUNDLES, mock_env
+from tests.tt.test_engine_tt import CONTEXT
 
 MAX_TOKENS = 40
-SETTINGS = ("device=tt", "block_size=32", f"extra_models_dir={BUNDLES}", "max_model_len=512",
+SETTINGS = ("device=tt", f"extra_models_dir={BUNDLES}", "max_model_len=512",
             "max_num_seqs=4", "max_num_batched_tokens=512", "num_kv_blocks=64")
 
 
@@ -49,6 +51,19 @@ def test_tritonserver_streams_hf_greedy_tokens_from_the_mesh(tt_server: Server, 
     assert result.error is None
     assert result.ids() == hf_greedy(tuple(ids), MAX_TOKENS)
     assert len(result.responses) > 1  # streamed
+
+
+def test_a_prompt_reusing_cached_blocks_streams_hf_greedy_tokens(tt_server: Server, chat_ids: Any,
+                                                                hf_greedy: Any) -> None:
+    # the second shares 4 whole blocks with the first: a prefix-cache hit, prefilled from start_pos
+    # 128 over every token (the contract generator fails the request on anything else)
+    for question in ("Which river runs through Paris?", "Name two museums in the city."):
+        ids = chat_ids(CONTEXT + " Question: " + question)
+        result = grpc_stream(tt_server.grpc, "tt_llm", {
+            "input_ids": np.array(ids, dtype=np.int32), "max_tokens": np.array([MAX_TOKENS], dtype=np.int32),
+            "stream": np.array([True])}, timeout=300)
+        assert result.error is None
+        assert result.ids() == hf_greedy(tuple(ids), MAX_TOKENS)
 
 
 def test_tensor_parallel_size_fails_the_tt_load_naming_mesh_device(tmp_path: Path) -> None:

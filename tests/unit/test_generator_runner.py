@@ -2,14 +2,18 @@
 the scheduler's merged plan of two data-parallel lanes becomes the generator's batch, page tables
 and slots. The tier in tests/tt runs the same runner over real ttnn on mock devices."""
 
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
 
+from tt_backend.contract.modes import TraceMode
 from tt_backend.contract.step import PlannedRow
+from tt_backend.devices.tt.generator import TTCallForms
 from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.devices.tt.kv_layout import TTKVGeometry
+from tt_backend.runtime.config import TraceConfig
 from tt_backend.runtime.generator_runner import GeneratorRunner
 
 BLOCKS, CAPACITY, WIDTH, VOCAB = 10, 2, 4, 8
@@ -22,8 +26,10 @@ class RecordingGenerator:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def prefill_forward(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """Each row's logits: its last token (prompt_lens - 1) in every entry."""
         self.calls.append(("prefill", {"tokens": tokens, **kwargs}))
-        return tokens[:, :1, None].float().expand(-1, 1, VOCAB)
+        last = torch.tensor(kwargs["prompt_lens"]) - 1
+        return tokens[torch.arange(len(last)), last][:, None, None].float().expand(-1, 1, VOCAB)
 
     def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor,
                        **kwargs: Any) -> list[torch.Tensor]:
@@ -45,13 +51,18 @@ class Events:
         self.waited.append(event)
 
 
-def _runner() -> tuple[GeneratorRunner, RecordingGenerator, Events]:
+CALLS = TTCallForms(takes_start_pos=True, takes_empty_slots=True, takes_prefill_trace=True,
+                    resume_alignment=32, async_read=True, warms_up_prefill=True, warms_up_decode=True)
+
+
+def _runner(trace: TraceMode = TraceMode.DECODE_ONLY, batched: bool = True,
+            calls: TTCallForms = CALLS) -> tuple[GeneratorRunner, RecordingGenerator, Events]:
     kv = TTPagedKVCache(TTKVGeometry(1, BLOCKS + 1, 1, 32, 32), lanes=2, release=lambda region: None)
     kv.allocate(lambda: ["lane-0 cache", "lane-1 cache"])
     generator, events = RecordingGenerator(), Events()
     runner = GeneratorRunner(events, generator, kv, blocks_per_lane=BLOCKS, table_width=WIDTH,
-                             decode_capacity=CAPACITY, enable_trace=True, takes_start_pos=True,
-                             takes_empty_slots=True, close_device=lambda: None)
+                             decode_capacity=CAPACITY, trace=TraceConfig(trace), calls=calls,
+                             batched_prefill=batched, close_device=lambda: None)
     return runner, generator, events
 
 
@@ -96,18 +107,76 @@ def test_decode_rows_land_at_lane_times_capacity_plus_their_slot() -> None:
 def test_prefill_sends_each_row_to_its_lane_by_empty_slots() -> None:
     runner, generator, _ = _runner()
     rows = [PlannedRow((11, 12, 13), 0, (1,), True, lane=0, slot=1),
-            PlannedRow((21, 22), 32, (5, 6), True, lane=1, slot=0),
             PlannedRow((31,), 0, (7,), True, lane=1, slot=1)]
     logits = runner.prefill(rows)
     (mode, call), = generator.calls
     assert mode == "prefill"
-    assert call["tokens"].tolist() == [[11, 12, 13], [21, 22, 0], [31, 0, 0]]
-    assert call["prompt_lens"] == [3, 2, 1] and call["start_pos"] == [0, 32, 0]
+    assert call["tokens"].tolist() == [[11, 12, 13], [31, 0, 0]]
+    assert (call["prompt_lens"], call["start_pos"], call["enable_trace"]) == ([3, 1], [0, 0], False)
     # each row's lane × CAPACITY + slot; tt-metal: model_id = slot // max_batch_size_per_model (CAPACITY)
-    assert call["empty_slots"] == [1, 2, 3]
-    assert call["page_table"].tolist() == [[1, 10, 10, 10], [5, 6, 10, 10], [7, 10, 10, 10]]
+    assert call["empty_slots"] == [1, 3]
+    assert call["page_table"].tolist() == [[1, 10, 10, 10], [7, 10, 10, 10]]
     assert call["kv_cache"] == ["lane-0 cache", "lane-1 cache"]
-    assert logits[:, 0].tolist() == [11.0, 21.0, 31.0]
+    assert logits[:, 0].tolist() == [13.0, 31.0]
+
+
+def test_a_row_past_a_cached_prefix_sends_its_whole_sequence_alone() -> None:
+    # tt-metal's prefill takes every token with prompt_lens the full length and start_pos the
+    # cached length, and computes tokens[start_pos:prompt_len]; its batched prefill ignores
+    # start_pos, so the resumed row gets a call of its own.
+    runner, generator, _ = _runner()
+    prefix = tuple(range(100, 132))  # one cached block of 32
+    rows = [PlannedRow((11, 12), 0, (1,), True, lane=0, slot=0),
+            PlannedRow((21, 22), 32, (5, 6), True, lane=1, slot=0, prefix_token_ids=prefix),
+            PlannedRow((31,), 0, (7,), True, lane=1, slot=1)]
+    logits = runner.prefill(rows)
+    (_, fresh), (_, resumed) = generator.calls
+    assert fresh["tokens"].tolist() == [[11, 12], [31, 0]]
+    assert (fresh["prompt_lens"], fresh["start_pos"], fresh["empty_slots"]) == ([2, 1], [0, 0], [0, 3])
+    assert resumed["tokens"].tolist() == [[*prefix, 21, 22]]
+    assert (resumed["prompt_lens"], resumed["start_pos"], resumed["empty_slots"]) == ([34], [32], [2])
+    assert resumed["page_table"].tolist() == [[5, 6, 10, 10]]
+    assert logits[:, 0].tolist() == [12.0, 22.0, 31.0]  # in the plan's row order
+    assert runner.eager_steps == 1
+
+
+def test_a_resumed_start_is_floored_to_the_alignment() -> None:
+    # a later chunk of a chunked prefill starts mid-block; with resume_alignment 64 (block 32 and a
+    # declared resumed_prefill_token_alignment of 64) it is sent from 64, and tt-metal recomputes
+    runner, generator, _ = _runner(calls=dataclasses.replace(CALLS, resume_alignment=64))
+    row = PlannedRow((7, 8), 100, (1, 2, 3, 4), False, lane=0, slot=0, prefix_token_ids=tuple(range(100)))
+    runner.prefill([row])
+    (_, call), = generator.calls
+    assert (call["start_pos"], call["prompt_lens"], call["tokens"].shape[1]) == ([64], [102], 102)
+
+
+def test_batched_prefill_off_calls_once_per_row_and_trace_all_traces_prefill() -> None:
+    runner, generator, _ = _runner(trace=TraceMode.ALL, batched=False)
+    runner.prefill([PlannedRow((1, 2), 0, (1,), True, lane=0, slot=0),
+                    PlannedRow((3,), 0, (2,), True, lane=0, slot=1)])
+    assert [call["tokens"].tolist() for _, call in generator.calls] == [[[1, 2]], [[3]]]
+    assert [call["enable_trace"] for _, call in generator.calls] == [True, True]
+
+
+def test_a_row_without_its_prefix_tokens_is_refused() -> None:
+    runner, _, _ = _runner()
+    with pytest.raises(AssertionError, match="^a row at position 32 came without its prefix tokens$"):
+        runner.prefill([PlannedRow((21,), 32, (5, 6), True, lane=0, slot=0)])
+
+
+def test_an_older_generator_reads_inside_decode_forward() -> None:
+    class Older(RecordingGenerator):
+        def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor, **kwargs: Any) -> Any:
+            self.calls.append(("decode", kwargs))
+            return tokens.float().expand(-1, VOCAB)[:, None, :]  # host logits, no (logits, log-probs)
+    older = TTCallForms(False, True, False, 32, async_read=False, warms_up_prefill=False,
+                        warms_up_decode=False)
+    runner, _, events = _runner(calls=older)
+    runner.generator = generator = Older()
+    logits = runner.decode(ROWS)
+    (_, call), = generator.calls
+    assert call["read_from_device"] is True and events.waited == []
+    assert logits[:, 0].tolist() == [5.0, 6.0, 7.0]
 
 
 def test_a_slot_past_the_lanes_capacity_is_refused() -> None:
@@ -124,24 +193,52 @@ def test_block_ids_that_are_not_lane_local_are_refused() -> None:
         runner.decode([PlannedRow((1,), 4, (3, BLOCKS), True, lane=1, slot=0)])
 
 
-def test_warmup_calls_the_generators_hooks_with_the_arguments_they_name() -> None:
-    runner, generator, _ = _runner()
+def test_warmup_compiles_everything_then_captures_with_the_arguments_the_hooks_name() -> None:
+    runner, generator, _ = _runner(trace=TraceMode.ALL)
     seen: list[tuple[str, dict[str, Any]]] = []
 
     def prefill_hook(kv_cache: Any, enable_trace: bool) -> None:  # names two of tt-metal's four
-        seen.append(("prefill", {"kv_cache": kv_cache, "enable_trace": enable_trace}))
+        seen.append(("prefill", {"kv_cache": kv_cache, "enable_trace": enable_trace,
+                                 "warmed": generator.already_warmed_up_prefill}))  # type: ignore
+        generator.already_warmed_up_prefill = True  # type: ignore[attr-defined]
 
-    def decode_hook(**kwargs: Any) -> None:  # takes any: gets every one
+    def decode_hook(**kwargs: Any) -> None:  # takes only **kwargs: gets what the plugin passes
         seen.append(("decode", kwargs))
 
+    generator.already_warmed_up_prefill = False  # type: ignore[attr-defined]
     generator.warmup_model_prefill = prefill_hook  # type: ignore[attr-defined]
     generator.warmup_model_decode = decode_hook  # type: ignore[attr-defined]
-    assert runner.warmup() == ["warmup_model_prefill", "warmup_model_decode"]
+    assert runner.warmup() == ["warmup_model_prefill(False)", "warmup_model_decode(False)",
+                               "warmup_model_prefill(True)", "warmup_model_decode(True)"]
     caches = ["lane-0 cache", "lane-1 cache"]
-    assert seen == [("prefill", {"kv_cache": caches, "enable_trace": True}),
-                    ("decode", {"kv_cache": caches, "enable_trace": True, "max_batch_size": 2 * CAPACITY,
-                                "num_blocks": WIDTH, "can_sample_on_device": False,
-                                "non_greedy_decoding_on_device": False})]
+    decode = {"kv_cache": caches, "max_batch_size": 2 * CAPACITY, "num_blocks": WIDTH,
+              "can_sample_on_device": False}
+    # the flag tt-metal's prefill warmup sets is cleared before the capture phase
+    assert seen == [("prefill", {"kv_cache": caches, "enable_trace": False, "warmed": False}),
+                    ("decode", {**decode, "enable_trace": False}),
+                    ("prefill", {"kv_cache": caches, "enable_trace": True, "warmed": False}),
+                    ("decode", {**decode, "enable_trace": True})]
+
+
+def test_decode_only_tracing_captures_decode_alone_and_none_captures_nothing() -> None:
+    both = ["warmup_model_decode(False)", "warmup_model_decode(True)"]
+    for trace, expected in ((TraceMode.DECODE_ONLY, both), (TraceMode.NONE, both[:1])):
+        runner, generator, _ = _runner(trace=trace)
+        generator.warmup_model_decode = lambda **kwargs: None  # type: ignore[attr-defined]
+        assert runner.warmup() == expected
+
+
+def test_a_capture_that_overflows_the_trace_region_names_the_option() -> None:
+    runner, generator, _ = _runner()
+
+    def decode_hook(**kwargs: Any) -> None:
+        if kwargs["enable_trace"]:
+            raise RuntimeError("TT_FATAL: Creating trace buffers of size 52428800B exceeds the trace region")
+    generator.warmup_model_decode = decode_hook  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match=r"^capturing the traces in warmup_model_decode failed: they do not "
+                                         r"fit the trace region; raise trace_region_size \(bytes\) or set "
+                                         r"trace_mode=none\. ttnn: TT_FATAL"):
+        runner.warmup()
 
 
 def test_warmup_without_hooks_calls_nothing() -> None:

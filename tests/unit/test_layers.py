@@ -12,10 +12,11 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "tt_backend"
 
 # Top to bottom; a module may import its own part and any part below it.
+# tt_doctor: the Tenstorrent install checker users run (python -m tt_backend.tt_doctor)
 # assembly: the composition room (builds the engines; only triton and tests import it)
 # mesh_options: the Tenstorrent mesh options as values, config's companion (config validates them)
-LAYERS = ["openai_front", "triton", "assembly", "engine", "scheduler", "runtime", "sampling", "models",
-          "devices", "text", "config", "mesh_options", "contract"]
+LAYERS = ["tt_doctor", "openai_front", "triton", "assembly", "engine", "scheduler", "runtime", "sampling",
+          "models", "devices", "text", "config", "mesh_options", "contract"]
 
 
 def _part(module: str) -> str:

@@ -2,30 +2,70 @@
 a machine without ttnn."""
 
 import importlib.util
-import logging
+import re
 
 import pytest
 
 from tt_backend.assembly import build_engine, uses_tt
 from tt_backend.config import EngineConfig
-from tt_backend.mesh_options import MeshOptions, parse_mesh_device, submesh_shape
-from tt_backend.models.tt_capabilities import generator_capabilities
+from tt_backend.mesh_options import (
+    MESH_SHAPES,
+    MeshOptions,
+    auto_fabric,
+    check_fits,
+    parse_mesh_device,
+    submesh_shape,
+)
 
 HAS_TTNN = importlib.util.find_spec("ttnn") is not None
 
 
 @pytest.mark.parametrize("value, shape", [
-    ("N150", (1, 1)), ("n300", (1, 2)), ("T3K", (1, 8)), ("TG", (8, 4)), ("P150x8", (1, 8)),
-    ("BHGLX", (8, 4)), ("1x8", (1, 8)), ("2X4", (2, 4)), (" 4x2 ", (4, 2)),
+    # tt-metal's names
+    ("N150", (1, 1)), ("N300", (1, 2)), ("N150x4", (1, 4)), ("T3K", (1, 8)), ("TG", (8, 4)),
+    ("P100", (1, 1)), ("P150", (1, 1)), ("P300", (1, 2)), ("P150x4", (1, 4)), ("P150x8", (1, 8)),
+    ("BHGLX", (8, 4)),
+    # the vLLM plugin's
+    ("P150x2", (1, 2)), ("P300x2", (1, 4)), ("BH-Galaxy", (8, 4)),
+    # any case, spaces around
+    ("n300", (1, 2)), ("t3k", (1, 8)), ("bh-galaxy", (8, 4)), (" p300x2 ", (1, 4)),
+    # ROWSxCOLS
+    ("1x8", (1, 8)), ("2X4", (2, 4)), (" 4x2 ", (4, 2)),
+    # the plugin's tuple form (and what its ast.literal_eval also takes)
+    ("(4,8)", (4, 8)), ("(1, 8)", (1, 8)), (" ( 2 , 4 ) ", (2, 4)), ("[4, 8]", (4, 8)), ("4,8", (4, 8)),
 ])
 def test_mesh_names_and_shapes(value: str, shape: tuple[int, int]) -> None:
     assert parse_mesh_device(value) == shape
 
 
-@pytest.mark.parametrize("value", ["T4K", "0x8", "1x", "8", "1x8x2", ""])
+def test_every_mesh_name_is_tested() -> None:
+    assert list(MESH_SHAPES) == ["N150", "N300", "N150x4", "T3K", "TG", "P100", "P150", "P150x2", "P300",
+                                 "P150x4", "P300x2", "P150x8", "BHGLX", "BH-Galaxy"]
+
+
+@pytest.mark.parametrize("value", ["T4K", "0x8", "1x", "8", "1x8x2", "", "(0,8)", "(4,8", "4,8)", "(4,8]",
+                                   "(1x8)", "(1,2,3)", "()", "BH Galaxy"])
 def test_a_bad_mesh_names_mesh_device(value: str) -> None:
-    with pytest.raises(ValueError, match=rf"MESH_DEVICE={value!r} \(option mesh_device\) is neither"):
+    named = re.escape(f"MESH_DEVICE={value!r} (option mesh_device) is neither")
+    with pytest.raises(ValueError, match=named):
         parse_mesh_device(value)
+
+
+def test_the_bad_mesh_message_lists_every_form() -> None:
+    with pytest.raises(ValueError) as err:
+        parse_mesh_device("T4K")
+    assert str(err.value) == (
+        "MESH_DEVICE='T4K' (option mesh_device) is neither a mesh name (N150, N300, N150x4, T3K, TG, P100, "
+        "P150, P150x2, P300, P150x4, P300x2, P150x8, BHGLX, BH-Galaxy) nor a shape: ROWSxCOLS such as 1x8, "
+        "or (ROWS,COLS) such as (4,8)")
+
+
+def test_a_mesh_larger_than_the_machine_names_mesh_device() -> None:
+    check_fits((1, 8), 8)
+    with pytest.raises(ValueError) as err:
+        check_fits((1, 8), 1)
+    assert str(err.value) == ("MESH_DEVICE=1x8 needs 8 chips, but ttnn sees 1; set MESH_DEVICE (option "
+                              "mesh_device) to the mesh of this machine")
 
 
 def test_submeshes_split_columns_then_rows() -> None:
@@ -64,7 +104,7 @@ def test_tt_options_parse_bare_prefixed_and_as_mesh_device() -> None:
     ({"device": "cuda", "fabric_config": "FABRIC_1D"},
      "fabric_config='FABRIC_1D' is a Tenstorrent mesh option"),
     ({"device": "cpu", "tt.num_command_queues": "2"}, "num_command_queues=2 is a Tenstorrent mesh option"),
-    ({"device": "tt"},
+    ({"device": "tt", "block_size": "16"},
      "block_size=16 on a Tenstorrent device: the paged KV cache is laid out in 32x32 tiles"),
     ({"device": "tt", "block_size": "48"}, "block_size must be a multiple of 32"),
     ({"device": "gpu"}, "device='gpu' is not one of auto, cpu, cuda, tt"),
@@ -88,10 +128,35 @@ def test_mesh_device_falls_back_to_the_env(monkeypatch: pytest.MonkeyPatch) -> N
     assert MeshOptions.shape_from("") is None
 
 
-def test_fabric_auto_is_1d_on_more_than_one_chip() -> None:
-    options = EngineConfig().mesh_options(None)
-    assert (options.fabric_for(1), options.fabric_for(8)) == ("DISABLED", "FABRIC_1D")
+@pytest.mark.parametrize("mesh, cluster, fabric", [
+    # ttnn not asked: by the mesh alone, a 32-chip mesh taken for a Wormhole Galaxy
+    ("N150", None, "DISABLED"), ("P150", None, "DISABLED"), ("N300", None, "FABRIC_1D"),
+    ("P300x2", None, "FABRIC_1D"), ("T3K", None, "FABRIC_1D"), ("P150x8", None, "FABRIC_1D"),
+    ("TG", None, "FABRIC_1D_RING"), ("BHGLX", None, "FABRIC_1D_RING"), ("(4,8)", None, "FABRIC_1D_RING"),
+    ("8x4", None, "FABRIC_1D_RING"),
+    # ttnn's ClusterType, as the vLLM plugin picks: the Galaxy's fabric on any mesh of more than one chip
+    ("TG", "GALAXY", "FABRIC_1D_RING"), ("(4,8)", "GALAXY", "FABRIC_1D_RING"),
+    ("T3K", "GALAXY", "FABRIC_1D_RING"),
+    ("BHGLX", "BLACKHOLE_GALAXY", "FABRIC_2D_TORUS_XY"), ("(4,8)", "BLACKHOLE_GALAXY", "FABRIC_2D_TORUS_XY"),
+    ("BH-Galaxy", "BLACKHOLE_GALAXY", "FABRIC_2D_TORUS_XY"),
+    ("P150x8", "BLACKHOLE_GALAXY", "FABRIC_2D_TORUS_XY"),
+    ("N150", "GALAXY", "DISABLED"), ("N150", "BLACKHOLE_GALAXY", "DISABLED"),
+    ("T3K", "T3K", "FABRIC_1D"), ("P150x8", "P150_X8", "FABRIC_1D"), ("N300", "N300", "FABRIC_1D"),
+])
+def test_fabric_auto_per_mesh(mesh: str, cluster: str | None, fabric: str) -> None:
+    rows, cols = parse_mesh_device(mesh)
+    assert auto_fabric(rows * cols, cluster) == fabric
+    options = EngineConfig(mesh_device=mesh).mesh_options(parse_mesh_device(mesh))
+    assert options.fabric_for(rows * cols, cluster) == fabric
+
+
+def test_an_explicit_fabric_is_kept() -> None:
     assert EngineConfig(fabric_config="FABRIC_2D").mesh_options(None).fabric_for(1) == "FABRIC_2D"
+    options = EngineConfig(fabric_config="FABRIC_2D_TORUS_XY", mesh_device="TG").mesh_options((8, 4))
+    assert options.fabric_for(32, "GALAXY") == "FABRIC_2D_TORUS_XY"
+    assert EngineConfig(fabric_config="FABRIC_1D").mesh_options((8, 4)).fabric_for(32) == "FABRIC_1D"
+    torus_x = EngineConfig.from_parameters({"fabric_config": "FABRIC_2D_TORUS_X"})
+    assert torus_x.fabric_config == "FABRIC_2D_TORUS_X"
 
 
 @pytest.mark.skipif(HAS_TTNN, reason="ttnn is installed here")
@@ -106,42 +171,3 @@ def test_device_auto_without_ttnn_stays_on_torch() -> None:
     assert not uses_tt(EngineConfig())
     assert uses_tt(EngineConfig(device="tt", block_size=32))
     assert not uses_tt(EngineConfig(device="cpu"))
-
-
-class _Generator:
-    model_capabilities = {"supports_prefix_caching": True, "supports_flux_capacitor": True}
-
-    @classmethod
-    def initialize_vllm_model(cls, hf_config: object, mesh_device: object, max_batch_size: int,
-                              max_seq_len: int, tt_data_parallel: int = 1) -> None: ...
-
-    def prefill_forward(self, *args: object, **kwargs: object) -> None: ...
-
-    def prefill_forward_text(self, tokens: object, page_table: object, kv_cache: object,
-                             prompt_lens: object, start_pos: object = None) -> None: ...
-
-    def decode_forward(self, tokens: object, start_pos: object, sampling_params: object = None) -> None: ...
-
-
-class _NoStartPosGenerator(_Generator):
-    def prefill_forward_text(self, tokens: object, page_table: object, kv_cache: object,
-                             prompt_lens: object) -> None: ...
-
-
-class _PlainGenerator:
-    @classmethod
-    def initialize_vllm_model(cls, hf_config: object, mesh_device: object, max_batch_size: int,
-                              max_seq_len: int) -> None: ...
-
-
-def test_generator_capabilities_map_onto_ours(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING):
-        caps = generator_capabilities(_Generator, 32)
-    assert (caps.prefix_caching, caps.single_execute, caps.device_sampling) == (True, True, True)
-    assert (caps.chunked_prefill, caps.async_decode, caps.batched_prefill, caps.max_prefill_batch) == \
-        (False, False, True, 32)
-    assert "unknown key 'supports_flux_capacitor'=True ignored" in caplog.text
-    # prefix caching declared, but a prefill that cannot start past the cached prefix: off
-    assert not generator_capabilities(_NoStartPosGenerator, 32).prefix_caching
-    plain = generator_capabilities(_PlainGenerator, 8)
-    assert (plain.prefix_caching, plain.single_execute, plain.device_sampling) == (False, False, False)

@@ -3,6 +3,7 @@ the machine choose)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 
@@ -17,6 +18,9 @@ def build_engine(config: EngineConfig) -> LLMEngine:
     import_processor_modules(config.logits_processor_modules)
     if uses_tt(config):
         from tt_backend.assembly.tt_engine import build_tt_engine
+        if config.device == "auto":  # the device is known now: its block size default with it
+            config = dataclasses.replace(config, device="tt", block_size=0 if config.auto_block_size
+                                         else config.block_size)
         return build_tt_engine(config)
     from tt_backend.assembly.torch_engine import build_torch_engine
     return build_torch_engine(config)

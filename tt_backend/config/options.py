@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tt_backend.config.values import (
+    REJECTED_OPTIONS,
+    TT_BLOCK_MULTIPLE,
     batched_prefill_disabled_by_env,
     builtin_models_from_env,
     check_choice,
@@ -32,13 +34,6 @@ DeviceName = Literal["auto", "cpu", "cuda", "tt"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
 
-# Names users bring from vLLM that this backend refuses, with the reason shown to them.
-_REJECTED_OPTIONS: dict[str, str] = {
-    "tensor_parallel_size": "tensor parallelism comes from the mesh shape; set MESH_DEVICE (the "
-    "mesh_device option or the env MESH_DEVICE, e.g. N300, T3K or 1x8) instead of tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline parallelism comes from the mesh shape; set MESH_DEVICE (the "
-    "mesh_device option or the env MESH_DEVICE, e.g. T3K or TG) instead of pipeline_parallel_size",
-}
 # Option names accepted besides the field's own (after the `tt.` prefix is removed).
 _ALIASES = {"MESH_DEVICE": "mesh_device"}
 # The Tenstorrent mesh options: they apply to device=tt (and auto when it picks a Tenstorrent mesh).
@@ -57,12 +52,11 @@ class EngineConfig:
     """cpu, cuda, tt (a Tenstorrent mesh through ttnn), or auto: tt when ttnn imports and reports
     a device, else cuda when torch sees one, else cpu."""
     mesh_device: str = ""
-    """Tenstorrent mesh: a tt-metal name (N150, N300, N150x4, T3K, TG, P150, P300, P150x4, P150x8,
-    BHGLX) or ROWSxCOLS (1x8); empty: the env MESH_DEVICE, else every chip as one row. The option
-    is also accepted as MESH_DEVICE."""
+    """Tenstorrent mesh: a name (mesh_options.MESH_SHAPES), ROWSxCOLS (1x8) or (ROWS,COLS) ((4,8));
+    empty: the env MESH_DEVICE, else every chip as one row. Also accepted as MESH_DEVICE."""
     fabric_config: FabricName = "auto"
-    """Set before the mesh opens, reset to DISABLED after it closes; auto: FABRIC_1D on a mesh of
-    more than one chip, DISABLED on one."""
+    """Set before the mesh opens, reset to DISABLED after it closes; auto: mesh_options.auto_fabric
+    (the plugin's choice by cluster: 1D, a Galaxy's ring or 2D torus, DISABLED on one chip)."""
     trace_region_size: int = 50_000_000
     """Bytes of DRAM reserved for captured traces (per chip)."""
     l1_small_size: int | None = None
@@ -83,14 +77,18 @@ class EngineConfig:
     decode_steps_between_prefills: int = 1
     """Decode steps after a prefill step that leaves a prompt partly prefilled (between the chunks
     of a long prompt), while requests decode (0: prefill until done)."""
-    block_size: int = 16
+    block_size: int = 0
+    """Tokens per KV block; 0 (the default): 32 on a Tenstorrent device (tt-metal lays the cache out
+    in 32x32 tiles), 16 elsewhere."""
+    auto_block_size: bool = field(default=False, repr=False, metadata={"internal": True})
+    """block_size was left to its default (device=auto resolves it once the device is known)."""
     num_kv_blocks: int | None = None
     """Physical KV blocks per lane; when unset, derived from `kv_cache_memory_bytes`."""
     kv_cache_memory_bytes: int | None = None
-    """The KV cache's memory, shared by all lanes; unset (or `auto`): sized after the model loads,
-    `kv_cache_memory_fraction` of the memory left free by the weights and the step's measured peak,
-    at most what max_num_seqs sequences of max_model_len per lane can use (tt_backend/assembly/
-    kv_sizing.py; on a Tenstorrent device, whose DRAM is not measured yet, 1 GiB)."""
+    """The KV cache's memory, shared by all lanes (on a Tenstorrent device: each chip's); unset (or
+    `auto`): sized after the model loads, `kv_cache_memory_fraction` of the memory left free by the
+    weights and the step's measured peak, at most what max_num_seqs sequences of max_model_len per
+    lane can use (assembly/kv_sizing.py; on tt, what the generator says a lane holds)."""
     kv_cache_memory_fraction: float = 0.5
     """With kv_cache_memory_bytes=auto: the share of the free memory the KV cache takes (on the CPU
     the rest stays for the tokenizer models, the front and the system; vLLM's CPU backend reserves
@@ -166,10 +164,13 @@ class EngineConfig:
     num_speculative_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if self.block_size == 0:
+            object.__setattr__(self, "block_size", TT_BLOCK_MULTIPLE if self.device == "tt" else 16)
+            object.__setattr__(self, "auto_block_size", True)
         for name in ("tensor_parallel_size", "pipeline_parallel_size"):
             if getattr(self, name) != 1:
                 raise ValueError(f"{name}={getattr(self, name)} is not supported: "
-                                 f"{_REJECTED_OPTIONS[name]}")
+                                 f"{REJECTED_OPTIONS[name]}")
         check_choice("dtype", self.dtype, typing.get_args(Dtype))
         check_choice("device", self.device, typing.get_args(DeviceName))
         hints = typing.get_type_hints(type(self))
@@ -250,7 +251,7 @@ class EngineConfig:
         Bare names are canonical; a `tt.` prefix is accepted as an alias. Unknown names fail
         with the list of known ones.
         """
-        known = {f.name: f for f in dataclasses.fields(cls)}
+        known = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
         hints = typing.get_type_hints(cls)
         values: dict[str, Any] = {}
         for raw_name, raw_value in params.items():

@@ -31,6 +31,15 @@ def extra_models_dir_from_env() -> str:
     return os.environ.get("EXTRA_MODELS_DIR", "")
 
 
+# Names users bring from vLLM that this backend refuses, with the reason shown to them.
+REJECTED_OPTIONS: dict[str, str] = {
+    "tensor_parallel_size": "tensor parallelism comes from the mesh shape; set MESH_DEVICE (the "
+    "mesh_device option or the env MESH_DEVICE, e.g. N300, T3K or 1x8) instead of tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline parallelism comes from the mesh shape; set MESH_DEVICE (the "
+    "mesh_device option or the env MESH_DEVICE, e.g. T3K or TG) instead of pipeline_parallel_size",
+}
+
+
 def check_tt_block_size(block_size: int) -> None:
     if block_size % TT_BLOCK_MULTIPLE:
         raise ValueError(f"block_size={block_size} on a Tenstorrent device: the paged KV cache is laid "

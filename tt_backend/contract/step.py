@@ -28,10 +28,15 @@ class PlannedRow:
     slot: int = 0
     """The request's slot within its lane (0 ≤ slot < max_num_seqs), held while it runs: a runner
     with a fixed batch per lane places the row there."""
+    prefix_token_ids: tuple[int, ...] = ()
+    """A prefill row past a cached prefix or an earlier chunk: the tokens at positions [0, start)
+    (tt-metal's prefill takes every row's whole sequence with start_pos); empty otherwise."""
 
     def __post_init__(self) -> None:
         assert self.token_ids, "a planned row computes at least one token"
         assert self.lane >= 0 and self.slot >= 0, f"lane {self.lane}, slot {self.slot}"
+        assert not self.prefix_token_ids or len(self.prefix_token_ids) == self.start_position, \
+            f"{len(self.prefix_token_ids)} prefix tokens for a row at position {self.start_position}"
 
     @property
     def context_len(self) -> int:

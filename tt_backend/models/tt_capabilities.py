@@ -1,69 +1,144 @@
-"""A tt-metal generator's declarations mapped onto our `ModelCapabilities`.
+"""What a tt-metal generator class declares and takes, read the way the Tenstorrent vLLM plugin
+reads it, mapped onto our `ModelCapabilities` plus the call forms the generator runner needs.
 
-A generator class declares a `model_capabilities` dict (tt-metal: `{"supports_prefix_caching":
-True}`); what it takes is read from its method signatures: `initialize_vllm_model(...,
-tt_data_parallel)` runs every data-parallel submesh in one program (single-execute), and a
-`decode_forward(..., sampling_params)` samples on the device. Keys we do not know are logged, not
-guessed at.
+Declarations come first: the class-level `model_capabilities` dict (tt-metal
+models/common/model_capabilities.py, `ModelCapabilitiesMixin`; the plugin reads it in
+`platform.py` before any generator exists). Its keys, as tt-metal documents them:
+
+    supports_prefix_caching   a prefill may start at a cached prefix (start_pos > 0)
+    supports_chunked_prefill  a prompt may be prefilled across several steps (start_pos > 0)
+    supports_async_decode     decode_forward(read_from_device=False) + read_decode_output(async_read=True)
+    supports_sample_on_device the generator's own sampling pipeline
+    supports_device_grammar   grammar masks applied on the device
+    resumed_prefill_token_alignment  the q_chunk_size a resumed start_pos is floored to
+    output_tokens_per_step    tokens committed per step (more than 1: a block-output model)
+    accepts_trace_mode        used by tt-metal's own runtime, not by the plugin
+
+An absent key means "not supported". A model with a sliding window gets no prefix caching (the
+plugin's rule, platform.py). Signatures are the fallback, for generators that declare nothing:
+current tt-metal's `prefill_forward(*args, **kwargs)` says nothing, so a declaring generator is
+taken to have the plugin's contract (start_pos always, empty_slots with data parallelism,
+enable_trace on prefill); a parameter is taken to be missing only where a signature is explicit
+(no **kwargs) and does not name it. `tt_data_parallel` in `initialize_vllm_model` is what makes a
+generator run every data-parallel submesh in one program (single-execute).
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from tt_backend.devices.tt.generator import TTCallForms
 from tt_backend.models.capabilities import ModelCapabilities
 
 logger = logging.getLogger(__name__)
 
-# model_capabilities key -> our field
-_KEYS = {
-    "supports_prefix_caching": "prefix_caching",
-    "supports_chunked_prefill": "chunked_prefill",
-    "supports_async_decode": "async_decode",
-    "supports_device_sampling": "device_sampling",
-    "supports_single_execute": "single_execute",
-}
+KNOWN_KEYS = ("supports_prefix_caching", "supports_chunked_prefill", "supports_async_decode",
+              "supports_sample_on_device", "supports_device_grammar", "resumed_prefill_token_alignment",
+              "output_tokens_per_step", "accepts_trace_mode")
 
 
-def _takes(cls: type, method: str, parameter: str) -> bool:
-    """Whether `method` takes `parameter`, directly or through the `*_text` method it forwards
-    to (tt-metal's `decode_forward(*args, **kwargs)` calls `decode_forward_text`)."""
+@dataclass(frozen=True)
+class TTGeneratorTraits:
+    """A generator class's capabilities and the call forms it takes."""
+
+    capabilities: ModelCapabilities
+    declared: bool
+    """Whether the class declares `model_capabilities` (else every trait is from signatures)."""
+    calls: TTCallForms
+
+
+def _parameters(function: Callable[..., Any] | None) -> tuple[set[str], bool] | None:
+    """(named parameters, whether it takes **kwargs); None when there is no such method."""
+    if function is None:
+        return None
+    parameters = inspect.signature(function).parameters.values()
+    return ({p.name for p in parameters}, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters))
+
+
+def takes(cls: type, method: str, parameter: str, declared: bool) -> bool:
+    """Whether `method` (or the `<method>_text` it forwards to) takes `parameter`: named by one of
+    them; missing where one is explicit (no **kwargs) without it; else (only **kwargs) what the
+    declaration implies."""
+    opaque = False
     for name in (method, f"{method}_text"):
-        function = getattr(cls, name, None)
-        if function is not None and parameter in inspect.signature(function).parameters:
+        found = _parameters(getattr(cls, name, None))
+        if found is None:
+            continue
+        names, var_keyword = found
+        if parameter in names:
             return True
-    return False
+        if not var_keyword:
+            return False
+        opaque = True
+    return opaque and declared
 
 
-def takes_start_pos(cls: type) -> bool:
-    """A prefill that starts past a cached prefix (prefix caching) needs `start_pos`."""
-    return _takes(cls, "prefill_forward", "start_pos")
+def read_form(cls: type) -> bool:
+    """True for read_decode_output(tt_out, async_read=...), False for the older (tt_out,
+    unpadded_batch, is_tokens); a ValueError for any other."""
+    read = getattr(cls, "read_decode_output", None)
+    found = _parameters(read)
+    if read is None or found is None or "async_read" in found[0] or found[1]:
+        return True
+    if "unpadded_batch" in found[0]:
+        return False
+    raise ValueError(
+        f"{cls.__qualname__}.read_decode_output{inspect.signature(read)} is neither "
+        "tt-metal's read_decode_output(tt_out, async_read=False) nor the older (tt_out, unpadded_batch, "
+        "is_tokens=False); use a tt-metal whose Generator has one of them (see the README's Tenstorrent "
+        "section for the versions)")
 
 
-def takes_empty_slots(cls: type) -> bool:
-    """A prefill told each row's batch slot (`empty_slots`): how tt-metal's data-parallel prefill
-    finds a row's submesh."""
-    return _takes(cls, "prefill_forward", "empty_slots")
+def sliding_window(hf_config: Any) -> int | None:
+    """The model's attention window as vLLM reads it (Qwen2's `use_sliding_window: false` turns
+    its `sliding_window` off)."""
+    if not getattr(hf_config, "use_sliding_window", True):
+        return None
+    window = getattr(hf_config, "sliding_window", None)
+    return int(window) if window else None
 
 
-def generator_capabilities(cls: type, max_prefill_batch: int) -> ModelCapabilities:
-    """What `cls` (a tt-metal generator class) supports, from its dict and its signatures."""
-    declared: dict[str, Any] = dict(getattr(cls, "model_capabilities", None) or {})
-    fields: dict[str, bool] = {
-        "single_execute": _takes(cls, "initialize_vllm_model", "tt_data_parallel"),
-        "device_sampling": _takes(cls, "decode_forward", "sampling_params"),
-    }
-    for key, value in declared.items():
-        if key in _KEYS:
-            fields[_KEYS[key]] = bool(value)
-        else:
-            logger.warning("%s.model_capabilities: unknown key %r=%r ignored (known: %s)", cls.__qualname__,
-                           key, value, ", ".join(sorted(_KEYS)))
-    if fields.get("prefix_caching") and not takes_start_pos(cls):
-        logger.info("%s declares prefix caching, but its prefill_forward takes no start_pos: off",
-                    cls.__qualname__)
-        fields["prefix_caching"] = False
-    # The generator's prefill takes a padded batch of prompts with their page tables.
-    return ModelCapabilities(batched_prefill=True, max_prefill_batch=max_prefill_batch, **fields)
+def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_size: int) -> TTGeneratorTraits:
+    """What `cls` (a tt-metal generator class) supports and takes, for the model of `hf_config`."""
+    raw = getattr(cls, "model_capabilities", None)
+    declared = isinstance(raw, dict)
+    caps: dict[str, Any] = dict(raw) if isinstance(raw, dict) else {}
+    for key in sorted(set(caps) - set(KNOWN_KEYS)):
+        logger.warning("%s.model_capabilities: unknown key %r=%r ignored (tt-metal's keys: %s)",
+                       cls.__qualname__, key, caps[key], ", ".join(KNOWN_KEYS))
+    per_step = int(caps.get("output_tokens_per_step", 1))
+    if per_step != 1:
+        raise ValueError(f"{cls.__qualname__} declares output_tokens_per_step={per_step}: block-output "
+                         "models (more than one token per step) are not supported")
+    start_pos = takes(cls, "prefill_forward", "start_pos", declared)
+    prefix = bool(caps.get("supports_prefix_caching", False))
+    chunked = bool(caps.get("supports_chunked_prefill", False))
+    window = sliding_window(hf_config)
+    if prefix and window is not None:
+        logger.info("%s declares prefix caching, but the model has a sliding window of %d: off (the plugin's "
+                    "rule)", cls.__qualname__, window)
+        prefix = False
+    if (prefix or chunked) and not start_pos:
+        logger.info("%s declares prefix caching or chunked prefill, but its prefill_forward takes no "
+                    "start_pos: both off", cls.__qualname__)
+        prefix = chunked = False
+    alignment = caps.get("resumed_prefill_token_alignment")
+    if alignment is not None and (not isinstance(alignment, int) or alignment < 1):
+        raise ValueError(f"{cls.__qualname__}.model_capabilities "
+                         f"resumed_prefill_token_alignment={alignment!r} is not a positive int")
+    capabilities = ModelCapabilities(
+        prefix_caching=prefix, chunked_prefill=chunked, batched_prefill=True,
+        max_prefill_batch=max_prefill_batch,
+        async_decode=bool(caps.get("supports_async_decode", False)),
+        device_sampling=bool(caps.get("supports_sample_on_device", False)),
+        single_execute=takes(cls, "initialize_vllm_model", "tt_data_parallel", False))
+    calls = TTCallForms(start_pos, takes(cls, "prefill_forward", "empty_slots", declared),
+                        takes(cls, "prefill_forward", "enable_trace", declared),
+                        math.lcm(block_size, alignment) if alignment else block_size, read_form(cls),
+                        hasattr(cls, "warmup_model_prefill"), hasattr(cls, "warmup_model_decode"))
+    return TTGeneratorTraits(capabilities, declared, calls)

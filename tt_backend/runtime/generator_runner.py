@@ -1,34 +1,37 @@
 """GeneratorRunner: our runner contract over a tt-metal generator (a lane per data-parallel
-submesh, one generator call per step for all of them).
+submesh, one generator call per step for all of them), in the calls the Tenstorrent vLLM plugin
+makes (`model_runner.py`: `submit_prefill`, the decode path, `warmup_model`).
 
 The generator owns its TTNN model, traces and device sampling; this runner owns the step shapes,
 the KV cache's handle (TTPagedKVCache) and the output reads (L lanes, capacity C per lane):
 
-    prefill: rows ─▶ tokens [B, S] (padded), page_table [B, W], prompt_lens, start_pos, empty_slots
-             ─▶ generator.prefill_forward ─▶ logits [B, 1, V] on the host ─▶ host sampling
+    prefill: rows ─▶ tokens [B, S]: every row's WHOLE sequence (cached prefix included), prompt_lens
+             = each row's end, start_pos = its cached length (floored to the resume alignment),
+             page_table [B, W], empty_slots ─▶ prefill_forward ─▶ logits [B, 1, V] ─▶ host sampling
     decode:  rows ─▶ tokens [L×C, 1], start_pos [L×C], page_table [L×C, W] at the fixed capacity
-             ─▶ generator.decode_forward(enable_trace, read_from_device=False)  (device tensors)
+             ─▶ decode_forward(enable_trace, read_from_device=False)  (device tensors)
              ─▶ read_decode_output(async_read=True) ─▶ event_synchronize each event
-             ─▶ process_decode_output_host ─▶ logits [L×C, 1, V] ─▶ host sampling of the live rows
+             ─▶ process_decode_output_host ─▶ (logits, log-probs) ─▶ host sampling of the live rows
 
-Decode runs at one fixed capacity per lane (the generator's max batch per submesh: its traces
-are captured for it), not at power-of-two buckets; rows beyond the live ones are padding, at
-position -1 (tt-metal's mark of an inactive row) over a page table of sink blocks. Tokens are
-chosen on the host (the generator's device sampling is not wired yet).
+tt-metal computes row i's tokens[i, start_pos[i]:prompt_lens[i]] over the cached K/V before them,
+flooring a resumed start_pos to its alignment and recomputing the rest (generator.py,
+`prefill_forward_text`); its batched prefill ignores start_pos, so a row past a cached prefix goes
+alone. Decode runs at one fixed capacity per lane (the generator's max batch per submesh: its
+traces are captured for it); rows beyond the live ones are padding, at position -1 (tt-metal's
+mark of an inactive row) over a page table of sink blocks. Tokens are chosen on the host (device
+sampling is not wired yet). Older generators (read_decode_output(tt_out, unpadded_batch, ...))
+read inside decode_forward(read_from_device=True).
 
 Lanes are the generator's data-parallel submeshes (tt_data_parallel): each submesh has its own
 cache with its own block ids, and a planned row carries its lane, its slot in the lane and its
-lane-local block ids, so its page table holds the ids as they are. The generator takes the batch
-lane by lane: lane l's decode row of slot s sits at l × C + s of the lanes × C batch (tt-metal
-splits it with torch.chunk), and a prefill row's `empty_slots` entry is that same l × C + s
-(tt-metal: model_id = slot // max_batch_size_per_model, with C that max batch). The KV cache goes
-to the generator as its list of per-submesh regions, as `allocate_kv_cache` returned it.
+lane-local block ids, so its page table holds the ids as they are. Lane l's decode row of slot s
+sits at l × C + s of the lanes × C batch (tt-metal splits it with torch.chunk), and a prefill
+row's `empty_slots` entry is that same l × C + s (tt-metal: model_id = slot // max_batch_size).
 """
 
 from __future__ import annotations
 
 import gc
-import inspect
 import logging
 from typing import Any
 
@@ -38,18 +41,18 @@ from tt_backend.contract.modes import StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
 from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.cleanup import CleanupError, CleanupLog
-from tt_backend.devices.tt.generator import TTGenerator
+from tt_backend.devices.tt.generator import TTCallForms, TTGenerator
 from tt_backend.devices.tt.kv_cache import TTPagedKVCache
-from tt_backend.runtime.config import SamplingConfig
+from tt_backend.runtime.config import SamplingConfig, TraceConfig
+from tt_backend.runtime.generator_warmup import warm_up
 
 logger = logging.getLogger(__name__)
 
 
 class GeneratorRunner:
     def __init__(self, ttnn: Any, generator: TTGenerator, kv: TTPagedKVCache, blocks_per_lane: int,
-                 table_width: int,
-                 decode_capacity: int, enable_trace: bool, takes_start_pos: bool, takes_empty_slots: bool,
-                 close_device: Any) -> None:
+                 table_width: int, decode_capacity: int, trace: TraceConfig, calls: TTCallForms,
+                 batched_prefill: bool, close_device: Any) -> None:
         self.ttnn = ttnn
         self.generator = generator
         self.kv = kv
@@ -61,10 +64,11 @@ class GeneratorRunner:
         self.table_width = table_width
         self.decode_capacity = decode_capacity
         """Decode rows per lane (per submesh)."""
-        self.enable_trace = enable_trace
-        self.takes_start_pos = takes_start_pos
-        self.takes_empty_slots = takes_empty_slots
-        assert self.lanes == 1 or takes_empty_slots, "a data-parallel prefill needs empty_slots"
+        self.trace = trace
+        self.calls = calls
+        self.batched_prefill = batched_prefill
+        """Rows from position 0 share one prefill call (false: disable_batched_prefill)."""
+        assert self.lanes == 1 or calls.takes_empty_slots, "a data-parallel prefill needs empty_slots"
         self.sampling = SamplingConfig.resolve("none", always_compat=True)  # host sampling only
         self.eager_steps = 0
         self.traced_steps = 0
@@ -75,6 +79,11 @@ class GeneratorRunner:
     @property
     def cache_dtype(self) -> str:
         return self.kv.geometry.dtype
+
+    @property
+    def enable_trace(self) -> bool:
+        """Whether decode steps replay the captured trace."""
+        return self.trace.decode
 
     # ---- host prep ---------------------------------------------------------------------------
     def page_table(self, rows: list[tuple[int, PlannedRow]], batch: int) -> torch.Tensor:
@@ -111,24 +120,48 @@ class GeneratorRunner:
         sampled = [i for i, row in enumerate(rows) if row.sample]
         return sampling.host.sample(logits[sampled].float())
 
+    def prefill_calls(self, rows: list[PlannedRow]) -> list[list[int]]:
+        """The rows (indices) of each prefill_forward call: the rows from position 0 together (each
+        alone with batched prefill off); a row past a cached prefix or an earlier chunk alone
+        (tt-metal's batched prefill does not read start_pos)."""
+        fresh = [i for i, row in enumerate(rows) if row.start_position == 0]
+        resumed = [[i] for i, row in enumerate(rows) if row.start_position > 0]
+        together = [fresh] if fresh and self.batched_prefill else [[i] for i in fresh]
+        return together + resumed
+
     def prefill(self, rows: list[PlannedRow]) -> torch.Tensor:
         """Logits [rows, V] of each row's last token."""
-        longest = max(len(row.token_ids) for row in rows)
+        logits: list[torch.Tensor | None] = [None] * len(rows)
+        for call in self.prefill_calls(rows):
+            out = self._prefill_call([rows[i] for i in call])
+            for k, i in enumerate(call):
+                logits[i] = out[k]
+        self.eager_steps += 1
+        return torch.stack([row_logits for row_logits in logits if row_logits is not None])
+
+    def _prefill_call(self, rows: list[PlannedRow]) -> torch.Tensor:
+        calls = self.calls
+        longest = max(row.context_len for row in rows)
         tokens = torch.zeros((len(rows), longest), dtype=torch.int64)
+        starts: list[int] = []
         for i, row in enumerate(rows):
-            tokens[i, :len(row.token_ids)] = torch.tensor(row.token_ids)
+            assert len(row.prefix_token_ids) == row.start_position, \
+                f"a row at position {row.start_position} came without its prefix tokens"
+            tokens[i, :row.context_len] = torch.tensor(row.prefix_token_ids + row.token_ids)
+            starts.append(row.start_position // calls.resume_alignment * calls.resume_alignment)
         kwargs: dict[str, Any] = {}
-        if self.takes_start_pos:
-            kwargs["start_pos"] = [row.start_position for row in rows]
-        elif any(row.start_position for row in rows):
-            raise AssertionError("a prefix-cached row reached a generator that takes no start_pos")
-        if self.takes_empty_slots:
+        if calls.takes_start_pos:
+            kwargs["start_pos"] = starts
+        elif any(starts):
+            raise AssertionError("a row past position 0 reached a generator that takes no start_pos")
+        if calls.takes_empty_slots:
             kwargs["empty_slots"] = self.slots(rows)
+        if calls.takes_prefill_trace:
+            kwargs["enable_trace"] = self.trace.prefill
         table = self.page_table(list(enumerate(rows)), len(rows))
         out = self.generator.prefill_forward(tokens, page_table=table, kv_cache=self.kv.caches,
-                                             prompt_lens=[len(row.token_ids) for row in rows], **kwargs)
-        self.eager_steps += 1
-        return torch.as_tensor(out).reshape(len(rows), -1)
+                                             prompt_lens=[row.context_len for row in rows], **kwargs)
+        return torch.as_tensor(out[0] if isinstance(out, tuple) else out).reshape(len(rows), -1)
 
     def decode(self, rows: list[PlannedRow]) -> torch.Tensor:
         """Logits [rows, V] of one decode step at the fixed capacity of every lane."""
@@ -141,14 +174,17 @@ class GeneratorRunner:
             start_pos[slot] = row.start_position
         g = self.generator
         table = self.page_table(list(zip(slots, rows, strict=True)), batch)
-        device_out = g.decode_forward(tokens, start_pos, page_table=table,
-                                      kv_cache=self.kv.caches, enable_trace=self.enable_trace,
-                                      read_from_device=False)
-        host_out, events = g.read_decode_output(device_out, async_read=True)
-        for event in events:
-            self.ttnn.event_synchronize(event)
-        processed = g.process_decode_output_host(host_out, is_tokens=False)
-        # newer tt-metal generators return (logits, log-probs)
+        if self.calls.async_read:
+            device_out = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
+                                          enable_trace=self.enable_trace, read_from_device=False)
+            host_out, events = g.read_decode_output(device_out, async_read=True)
+            for event in events:
+                self.ttnn.event_synchronize(event)
+            processed = g.process_decode_output_host(host_out, is_tokens=False)
+        else:  # the older generators read inside decode_forward
+            processed = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
+                                         enable_trace=self.enable_trace, read_from_device=True)
+        # (logits, log-probs) from current tt-metal; logits alone from older generators
         logits = torch.as_tensor(processed[0] if isinstance(processed, tuple) else processed)
         if self.enable_trace:
             self.traced_steps += 1
@@ -158,28 +194,10 @@ class GeneratorRunner:
 
     # ---- warmup ------------------------------------------------------------------------------
     def warmup(self) -> list[str]:
-        """The generator's own warmup before the model reports ready: `warmup_model_prefill` and
-        then `warmup_model_decode` (tt-metal compiles its programs and, with enable_trace, captures
-        the decode trace there), each where the generator has it, with the arguments tt-metal's
-        hooks take (kv_cache, enable_trace, max_batch_size, num_blocks, can_sample_on_device,
-        non_greedy_decoding_on_device) that its signature names. Returns the hooks called."""
-        known: dict[str, Any] = {
-            "kv_cache": self.kv.caches, "enable_trace": self.enable_trace,
-            "max_batch_size": self.lanes * self.decode_capacity, "num_blocks": self.table_width,
-            "can_sample_on_device": False, "non_greedy_decoding_on_device": False}
-        called = []
-        for name, wanted in (("warmup_model_prefill", ("kv_cache", "enable_trace", "can_sample_on_device",
-                                                        "non_greedy_decoding_on_device")),
-                             ("warmup_model_decode", tuple(known))):
-            hook = getattr(self.generator, name, None)
-            if hook is None:
-                continue
-            parameters = inspect.signature(hook).parameters
-            takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-            hook(**{key: known[key] for key in wanted if takes_any or key in parameters})
-            called.append(name)
-        logger.info("tt: generator warmup: %s", ", ".join(called) or "the generator has no warmup hooks")
-        return called
+        """The generator's two-phase warmup before the model reports ready
+        (runtime/generator_warmup.py); returns the hooks called, in order."""
+        return warm_up(self.generator, self.kv.caches, self.trace, self.lanes * self.decode_capacity,
+                       self.table_width)
 
     def drain(self) -> int:
         return 0  # every step's outputs are read before run_and_sample returns

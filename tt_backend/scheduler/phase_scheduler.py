@@ -233,13 +233,15 @@ class PhaseScheduler:
     def _prefill_row(self, request: Request, n: int) -> PlannedRow:
         start = request.num_computed_tokens
         return self._row(request, request.token_slice(start, start + n), start,
-                         self.kv.block_ids(request.request_id), sample=start + n == request.prefill_target)
+                         self.kv.block_ids(request.request_id), sample=start + n == request.prefill_target,
+                         prefix=request.token_slice(0, start))
 
     def _row(self, request: Request, token_ids: tuple[int, ...], start: int, block_ids: tuple[int, ...],
-             sample: bool) -> PlannedRow:
+             sample: bool, prefix: tuple[int, ...] = ()) -> PlannedRow:
         """A row of a running request: in this lane, at the request's slot."""
         assert request.slot is not None, f"{request.request_id} holds no slot"
-        return PlannedRow(token_ids, start, block_ids, sample, lane=self.lane, slot=request.slot)
+        return PlannedRow(token_ids, start, block_ids, sample, lane=self.lane, slot=request.slot,
+                          prefix_token_ids=prefix)
 
     def _schedule_decode(self) -> ScheduledStep:
         rows: list[PlannedRow] = []

@@ -39,7 +39,10 @@ class Request:
         return self.prompt_token_ids[position] if position < n else self.output_token_ids[position - n]
 
     def token_slice(self, start: int, stop: int) -> tuple[int, ...]:
-        return tuple(self.token_id(p) for p in range(start, stop))
+        n = len(self.prompt_token_ids)
+        if stop <= n:
+            return self.prompt_token_ids[start:stop]
+        return self.prompt_token_ids[start:] + tuple(self.output_token_ids[max(start - n, 0):stop - n])
 
     @property
     def is_prefilling(self) -> bool:

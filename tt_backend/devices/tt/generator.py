@@ -8,23 +8,46 @@ models/tt_transformers/tt/generator.py: `Generator.prefill_forward_text`, `decod
 `LlamaForCausalLM.initialize_vllm_model`, `allocate_kv_cache` → `allocate_vllm_kv_cache`, and
 `prefill_forward` / `decode_forward`, which forward `*args, **kwargs` to the `*_text` methods).
 Where generator versions differ, the protocol takes what the runner passes and no more:
-- `start_pos` and `empty_slots` of `prefill_forward` are keyword-only with defaults: older
-  generators lack them, and the runner passes each only where the class's signature names it
-  (`models/tt_capabilities.py`: `takes_start_pos`, `takes_empty_slots`);
+- `start_pos`, `empty_slots` and `enable_trace` of `prefill_forward` are keyword-only with
+  defaults: older generators lack them, and the runner passes each only where the class takes it
+  (`models/tt_capabilities.py`: declared capabilities first, signatures as the fallback);
 - `tt_data_parallel` of `initialize_vllm_model` is passed only for more than one lane;
-- `process_decode_output_host` returns logits, or (logits, log-probs) in newer versions.
+- `process_decode_output_host` returns (logits, log-probs); older versions logits alone, and
+  their `read_decode_output(tt_out, unpadded_batch, is_tokens)` runs inside
+  `decode_forward(read_from_device=True)`.
 
 The warmup hooks are not members: `warmup_model_prefill` and `warmup_model_decode` exist in some
 versions only, with different parameters, and the runner calls each where the generator has it,
-with the arguments its signature names. Nothing here imports ttnn or tt-metal: device tensors,
-events and the mesh are `Any`.
+with the arguments its signature names (runtime/generator_warmup.py). Nothing here imports ttnn
+or tt-metal: device tensors, events and the mesh are `Any`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+
+
+@dataclass(frozen=True)
+class TTCallForms:
+    """How a generator class is called (models/tt_capabilities.py reads them from the class)."""
+
+    takes_start_pos: bool
+    takes_empty_slots: bool
+    takes_prefill_trace: bool
+    """prefill_forward takes `enable_trace` (tt-metal's defaults to True: it must be passed)."""
+    resume_alignment: int
+    """A resumed prefill's start_pos is floored to a multiple of this (the block size, or its lcm
+    with the declared resumed_prefill_token_alignment) before it is sent."""
+    async_read: bool
+    """read_decode_output(tt_out, async_read=...) (current); else the older form, where
+    decode_forward(read_from_device=True) returns host outputs itself."""
+    warms_up_prefill: bool
+    warms_up_decode: bool
+    """The generator has warmup_model_prefill / warmup_model_decode, where its traces are captured
+    before serving (without the hook a traced step would capture while serving: it runs eager)."""
 
 
 class TTGenerator(Protocol):
@@ -33,10 +56,12 @@ class TTGenerator(Protocol):
 
     def prefill_forward(self, tokens: torch.Tensor, /, *, page_table: torch.Tensor, kv_cache: list[Any],
                         prompt_lens: list[int], start_pos: list[int] | None = None,
-                        empty_slots: list[int] | None = None) -> torch.Tensor:
-        """Prefill every row of `tokens` [B, S] (padded) and return the logits of each row's last
-        prompt token, [B, 1, vocab], on the host. Row i starts at start_pos[i] (a cached prefix of
-        whole blocks) and goes to the submesh of batch slot empty_slots[i]."""
+                        empty_slots: list[int] | None = None, enable_trace: bool = True) -> Any:
+        """Prefill every row of `tokens` [B, S] (each row's whole sequence, cached prefix included,
+        padded) and return the logits of each row's last token, [B, 1, vocab], on the host. Row i
+        computes tokens[i, start_pos[i]:prompt_lens[i]] over the cached K/V before start_pos[i] and
+        goes to the submesh of batch slot empty_slots[i]; with enable_trace its padded length's
+        captured trace replays."""
 
     def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor, /, *, page_table: torch.Tensor,
                        kv_cache: list[Any], enable_trace: bool, read_from_device: bool) -> Any:
@@ -49,7 +74,7 @@ class TTGenerator(Protocol):
         submesh to wait on with ttnn.event_synchronize before reading them)."""
 
     def process_decode_output_host(self, tt_out: Any, /, *, is_tokens: bool) -> Any:
-        """The host outputs as torch: logits [B, 1, vocab] (is_tokens=False), or (logits, log-probs)."""
+        """The host outputs as torch: (logits [B, 1, vocab], log-probs) with is_tokens=False."""
 
 
 class LoadableTTGenerator(TTGenerator, Protocol):
@@ -65,4 +90,5 @@ class LoadableTTGenerator(TTGenerator, Protocol):
     def allocate_kv_cache(self, kv_cache_shape: tuple[int, int, int, int], dtype: torch.dtype,
                           num_layers: int, /) -> list[Any]:
         """The paged KV cache, one region per submesh, each a [K, V] pair per layer of
-        `kv_cache_shape` (blocks, kv_heads, block_size, head_dim); the caller owns it from here."""
+        `kv_cache_shape` (blocks, kv_heads per chip, block_size, head_dim), replicated to every chip
+        of the submesh; the caller owns it from here."""

@@ -63,7 +63,9 @@ class TTPagedKVCache:
         return self.caches[index]
 
     def release(self) -> None:
-        """Free every region; idempotent."""
-        caches, self._caches = self._caches, None
-        for region in caches or []:
-            self._release(region)
+        """Free every region; idempotent. A region whose release fails stays held, with every
+        region after it, so a retry frees what is left (the first failure propagates)."""
+        while self._caches:
+            self._release(self._caches[0])
+            self._caches.pop(0)
+        self._caches = None

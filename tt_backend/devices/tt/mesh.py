@@ -18,7 +18,7 @@ import logging
 from typing import Any
 
 from tt_backend.contract.modes import TraceMode
-from tt_backend.mesh_options import MeshOptions, submesh_shape
+from tt_backend.mesh_options import MeshOptions, check_fits, submesh_shape
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,41 @@ def tt_device_count() -> int:
         return 0
 
 
+def planned_shape(ttnn: Any, options: MeshOptions) -> tuple[int, int]:
+    """The mesh `TTMesh.open` will open for `options`, checked against the chips ttnn sees (the
+    KV shape per chip depends on it, so the load asks before it opens anything)."""
+    available = int(ttnn.get_num_devices())
+    if available < 1:
+        raise ValueError("device=tt: ttnn reports no Tenstorrent device")
+    shape = options.shape or (1, available)
+    check_fits(shape, available)
+    submesh_shape(shape, options.data_parallel)
+    return shape
+
+
+def cluster_type(ttnn: Any) -> str | None:
+    """ttnn's ClusterType name for this machine (what the plugin picks the auto fabric by); None
+    where this ttnn cannot say."""
+    try:
+        return str(ttnn.cluster.get_cluster_type().name)
+    except Exception:  # noqa: BLE001 (older ttnn: no cluster query; the fabric goes by the mesh)
+        return None
+
+
+TT_MAX_USERS_PER_ROW = 32
+"""Decode users per row of a submesh: tt_transformers decodes one tile row (32 users) per device
+row; its ModelArgs takes a larger max_batch_size only split over the mesh's rows."""
+
+
+def check_decode_batch(max_num_seqs: int, submesh: tuple[int, int]) -> None:
+    """max_num_seqs is each submesh's decode batch: at most 32 users per row of the submesh."""
+    rows, most = submesh[0], TT_MAX_USERS_PER_ROW * submesh[0]
+    if max_num_seqs > most or (max_num_seqs > TT_MAX_USERS_PER_ROW and max_num_seqs % rows):
+        raise ValueError(f"max_num_seqs={max_num_seqs} on a {rows}x{submesh[1]} submesh: tt-metal decodes at "
+                         f"most {TT_MAX_USERS_PER_ROW} users per mesh row (more only as a multiple of the "
+                         f"rows); set max_num_seqs to at most {most}")
+
+
 class TTMesh:
     """An open mesh device. The generator may split it into submeshes; `close` closes those first."""
 
@@ -59,6 +94,9 @@ class TTMesh:
         self.fabric = fabric
         self.events: list[str] = []
         """What close did, in order (tests read it)."""
+        self.submeshes_closed_by_generator = False
+        """tt-metal's Generator.__del__ closes its submeshes when it runs data parallel (its
+        workaround for tt-metal #19052): then close leaves them alone."""
         self._closed = False
 
     @classmethod
@@ -66,16 +104,9 @@ class TTMesh:
         """Check the options against the chips ttnn sees, set the fabric, open the mesh. A failure
         after the fabric is set resets it before the error propagates."""
         ttnn = import_ttnn()
-        available = int(ttnn.get_num_devices())
-        if available < 1:
-            raise ValueError("device=tt: ttnn reports no Tenstorrent device")
-        shape = options.shape or (1, available)
+        shape = planned_shape(ttnn, options)
         rows, cols = shape
-        if rows * cols > available:
-            raise ValueError(f"MESH_DEVICE={rows}x{cols} needs {rows * cols} chips, but ttnn sees "
-                             f"{available}; set MESH_DEVICE (option mesh_device) to the mesh of this machine")
-        submesh_shape(shape, options.data_parallel)
-        fabric = options.fabric_for(rows * cols)
+        fabric = options.fabric_for(rows * cols, cluster_type(ttnn))
         kwargs: dict[str, Any] = {"trace_region_size": options.trace_region_size,
                                   "num_command_queues": options.num_command_queues}
         if options.l1_small_size is not None:
@@ -116,8 +147,9 @@ class TTMesh:
         self._closed = True
         ttnn = self.ttnn
         steps: list[tuple[str, Any]] = [("synchronize", self.synchronize)]
-        steps += [(f"submesh{i}", lambda s=sub: ttnn.close_mesh_device(s))
-                  for i, sub in enumerate(self.submeshes())]
+        if not self.submeshes_closed_by_generator:
+            steps += [(f"submesh{i}", lambda s=sub: ttnn.close_mesh_device(s))
+                      for i, sub in enumerate(self.submeshes())]
         steps.append(("mesh", lambda: ttnn.close_mesh_device(self.mesh)))
         if self.fabric != "DISABLED":
             steps.append(("fabric", lambda: ttnn.set_fabric_config(ttnn.FabricConfig.DISABLED)))
