@@ -55,7 +55,8 @@ def test_kv_blocks_come_from_the_option_a_per_chip_budget_or_the_generator() -> 
 def test_hf_model_is_set_for_tt_metals_model_args(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                    caplog: pytest.LogCaptureFixture) -> None:
     import os
-    monkeypatch.delenv("HF_MODEL", raising=False)
+    monkeypatch.setenv("HF_MODEL", "")  # restored after the test, whatever set_hf_model does
+    monkeypatch.delenv("HF_MODEL")
     set_hf_model(tmp_path)
     assert os.environ["HF_MODEL"] == str(tmp_path)
     monkeypatch.setenv("HF_MODEL", "/elsewhere")
