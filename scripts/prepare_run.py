@@ -23,6 +23,7 @@ from tt_backend.devices.cpu.isa import IsaLevel, torch_caps_env
 
 TOKENIZER_MODELS = ("preprocessing", "postprocessing")
 PREPROCESSING_ONLY = ("apply_chat_template",)
+INSTANCE_GROUP = "instance_group [ { count: 1, kind: KIND_CPU } ]"
 
 
 def pbtxt_parameters(params: dict[str, str]) -> str:
@@ -33,8 +34,14 @@ def pbtxt_parameters(params: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_repository(source: Path, dest: Path, settings: dict[str, str]) -> None:
+def write_repository(source: Path, dest: Path, settings: dict[str, str], instances: int = 1) -> None:
     shutil.copytree(source, dest)
+    if instances != 1:  # tt_llm's stub processes (serve.sh --instances)
+        config = dest / "tt_llm" / "config.pbtxt"
+        text = config.read_text(encoding="utf-8")
+        assert INSTANCE_GROUP in text, f"{config} has no {INSTANCE_GROUP}"
+        group = f"instance_group [ {{ count: {instances}, kind: KIND_CPU }} ]"
+        config.write_text(text.replace(INSTANCE_GROUP, group), encoding="utf-8")
     per_model: dict[str, dict[str, str]] = {
         "tt_llm": {k: v for k, v in settings.items() if k not in PREPROCESSING_ONLY},
         "preprocessing": {k: v for k, v in settings.items() if k in PREPROCESSING_ONLY},
@@ -68,6 +75,7 @@ def main() -> None:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--repository", type=Path, required=True)
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--instances", type=int, default=1, help="tt_llm's instance_group count")
     args = parser.parse_args()
     settings: dict[str, str] = {}
     for item in args.settings:
@@ -84,7 +92,9 @@ def main() -> None:
         raise SystemExit(f"serve: {exc}") from None
 
     repo = args.run_dir / "model_repository"
-    write_repository(args.repository, repo, settings)
+    if args.instances < 1:
+        raise SystemExit(f"serve: --instances expects a count of at least 1, got {args.instances}")
+    write_repository(args.repository, repo, settings, args.instances)
     backends = write_backends(args.run_dir / "backends")
     tritonserver = Path(pytriton.__file__).parent / "tritonserver" / "bin" / "tritonserver"
     libs = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"

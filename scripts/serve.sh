@@ -3,7 +3,7 @@
 #
 #   scripts/serve.sh [--host ADDR] [--http-port N] [--grpc-port N] [--metrics-port N]
 #                    [--openai-host ADDR] [--openai-port N] [--no-openai] [--no-restart]
-#                    [--open-admin-api] [--openai-arg FLAG]... [--set KEY=VALUE]...
+#                    [--open-admin-api] [--openai-arg FLAG]... [--set KEY=VALUE]... [--instances N]
 #                    [any other tritonserver flag]...
 #
 # Beside tritonserver runs the OpenAI front (python -m tt_backend.openai_front) on --openai-port
@@ -13,6 +13,8 @@
 # env TT_BACKEND_API_KEY, which the front inherits and no process list shows) is never echoed here.
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
+# --instances N writes tt_llm's instance_group count (N stub processes; on device=tt each opens
+# its 1/N of the chips, see the README's Tenstorrent section).
 # tritonserver runs in the foreground with its log on stdout, under scripts/supervise.py: when a
 # model's backend process dies (Triton would go on reporting ready while that model fails every
 # request), it restarts tritonserver; --no-restart makes it exit with status 1 instead.
@@ -59,6 +61,7 @@ while [ $# -gt 0 ]; do
         --open-admin-api) OPEN_ADMIN=1; shift ;;
         --set) SETS+=(--set "$2"); shift 2 ;;
         --set=*) SETS+=(--set "${1#--set=}"); shift ;;
+        --instances) SETS+=(--instances "$2"); shift 2 ;;
         *) EXTRA+=("$1"); shift ;;
     esac
 done

@@ -44,9 +44,11 @@ def free_ports(n: int) -> list[int]:
 
 
 def start_server(log: Path, *settings: str, env: dict[str, str] | None = None, openai_port: int | None = None,
-                 openai_args: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], Server]:
+                 openai_args: Sequence[str] = (),
+                 instances: int = 1) -> tuple[subprocess.Popen[bytes], Server]:
     """serve.sh on free ports; the OpenAI front only with `openai_port`, given `openai_args` (flags of
-    `python -m tt_backend.openai_front`, passed as serve.sh's --openai-arg)."""
+    `python -m tt_backend.openai_front`, passed as serve.sh's --openai-arg); `instances`: tt_llm's
+    instance_group count."""
     http, grpc, metrics = free_ports(3)
     args = ["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
             "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
@@ -54,6 +56,7 @@ def start_server(log: Path, *settings: str, env: dict[str, str] | None = None, o
     for setting in settings:
         args += ["--set", setting]
     args += [f"--openai-arg={flag}" for flag in openai_args]
+    args += ["--instances", str(instances)] if instances != 1 else []
     out = open(log, "wb")
     # A key in the caller's environment would lock every front; a test that wants one passes it.
     inherited = {k: v for k, v in os.environ.items() if k != "TT_BACKEND_API_KEY"}

@@ -100,12 +100,12 @@ def engine(params: dict[str, str], prompts: list[list[int]], max_tokens: int, co
 
     llm = build_engine(_config(params))
     runner: Any = llm.runner
-    decode, rows_seen = runner.decode, [0]
+    start_decode, rows_seen = runner.start_decode, [0]
 
-    def counting_decode(rows: list[Any]) -> Any:
+    def counting_decode(rows: list[Any], *args: Any) -> Any:
         rows_seen[0] = max(rows_seen[0], len(rows))
-        return decode(rows)
-    runner.decode = counting_decode
+        return start_decode(rows, *args)
+    runner.start_decode = counting_decode
     outputs: list[list[int]] = [[] for _ in prompts]
     errors: list[str] = []
     done = [threading.Event() for _ in prompts]
@@ -187,8 +187,31 @@ def auto(params: dict[str, str]) -> dict[str, Any]:
     return {"uses_tt": uses_tt(_config(params)), "device_count": tt_device_count()}
 
 
+def instance(params: dict[str, str], index: int, count: int, prompts: list[list[int]],
+             max_tokens: int) -> dict[str, Any]:
+    """Model instance `index` of `count`, placed as the Triton model places it (TT_VISIBLE_DEVICES
+    and its mesh, set after ttnn was imported and before it built its cluster), then serving the
+    prompts; with the unique ids of the chips its cluster holds (tt-umd's cluster descriptor)."""
+    import os
+    from pathlib import Path
+
+    import yaml
+
+    from tt_backend.assembly import place_instance
+
+    placed = place_instance(_config(params), index, count)
+    described = yaml.safe_load(Path(ttnn.cluster.serialize_cluster_descriptor()).read_text())
+    seen = {"visible": os.environ.get("TT_VISIBLE_DEVICES"), "mesh_device": placed.mesh_device,
+            "num_devices": int(ttnn.get_num_devices()),
+            "chips": sorted(int(v) for v in described["chip_unique_ids"].values())}
+    return {**seen, **engine({**params, "mesh_device": placed.mesh_device}, prompts, max_tokens)}
+
+
+from fast_path_scenario import fast_path  # noqa: E402  (tests/tt/, beside this script)
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
-    f.__name__: f for f in (mesh, open_fails, load, load_fails, engine, paged_ops, config_fails, auto)}
+    f.__name__: f for f in (mesh, open_fails, load, load_fails, engine, paged_ops, config_fails, auto,
+                            instance, fast_path)}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](**json.loads(sys.argv[2]))

@@ -49,7 +49,7 @@ def test_engine_on_n150_matches_hf_greedy_on_the_four_chat_prompts(chat_ids: Any
     assert [call["start_pos"] for call in seen["prefill_calls"]] == [[0]] * 4
     assert [call["prompt_lens"] for call in seen["prefill_calls"]] == [[len(ids)] for ids in prompts]
     assert all(call["enable_trace"] is False for call in seen["prefill_calls"])
-    assert seen["cleanup"] == ["kv_cache", "generator", "device"]
+    assert seen["cleanup"] == ["decode_reads", "kv_cache", "generator", "device"]
     assert seen["max_decode_rows"] == 1
     assert (seen["fabric_closed"], seen["reopens"]) == ("DISABLED", True)
 
@@ -164,5 +164,5 @@ def test_data_parallel_2_on_t3k_serves_a_lane_on_each_submesh(chat_ids: Any, hf_
     per_lane = [sum(len(t) for t in seen["tokens"][lane::2]) for lane in (0, 1)]
     assert seen["rows_per_submesh"] == per_lane
     assert seen["max_decode_rows"] == 4
-    assert seen["cleanup"] == ["kv_cache", "generator", "device"]
+    assert seen["cleanup"] == ["decode_reads", "kv_cache", "generator", "device"]
     assert (seen["fabric_closed"], seen["reopens"]) == ("DISABLED", True)

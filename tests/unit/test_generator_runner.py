@@ -25,22 +25,28 @@ class RecordingGenerator:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def prefill_forward(self, tokens: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    def prefill_forward(self, tokens: torch.Tensor, **kwargs: Any) -> Any:
         """Each row's logits: its last token (prompt_lens - 1) in every entry."""
         self.calls.append(("prefill", {"tokens": tokens, **kwargs}))
         last = torch.tensor(kwargs["prompt_lens"]) - 1
+        if kwargs.get("sampling_params") is not None:  # tt-metal: (tokens [B, 1], log-probs [B])
+            return (tokens[torch.arange(len(last)), last] + 100)[:, None], torch.ones(len(last))
         return tokens[torch.arange(len(last)), last][:, None, None].float().expand(-1, 1, VOCAB)
 
     def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor,
                        **kwargs: Any) -> list[torch.Tensor]:
         self.calls.append(("decode", {"tokens": tokens, "start_pos": start_pos, **kwargs}))
+        if kwargs.get("sampling_params") is not None:  # "sampled" tokens: each row's input + 1
+            return list(torch.chunk(tokens[:, 0] + 1, 2))
         return list(torch.chunk(tokens.float().expand(-1, VOCAB), 2))  # one output per submesh
 
     def read_decode_output(self, out: list[torch.Tensor], async_read: bool) -> Any:
-        return out, ["event-0", "event-1"]
+        self.reads = getattr(self, "reads", 0) + 1
+        return out, [f"event-{self.reads}-0", f"event-{self.reads}-1"]
 
     def process_decode_output_host(self, host: list[torch.Tensor], is_tokens: bool) -> Any:
-        return torch.cat(host)[:, None, :], None
+        assert is_tokens == (host[0].dim() == 1), "is_tokens does not match the outputs"
+        return (torch.cat(host), None) if is_tokens else (torch.cat(host)[:, None, :], None)
 
 
 class Events:
@@ -84,7 +90,7 @@ def test_decode_places_each_lanes_rows_in_its_chunk_with_local_block_ids() -> No
     assert call["page_table"].tolist() == [[3, 4, 10, 10], [10, 10, 10, 10], [0, 10, 10, 10], [2, 9, 10, 10]]
     assert call["kv_cache"] == ["lane-0 cache", "lane-1 cache"]
     assert (call["enable_trace"], call["read_from_device"]) == (True, False)
-    assert events.waited == ["event-0", "event-1"]
+    assert events.waited == ["event-1-0", "event-1-1"]
     # logits come back in the plan's row order, read from each row's slot
     assert logits[:, 0].tolist() == [5.0, 6.0, 7.0]
     assert runner.traced_steps == 1

@@ -209,6 +209,14 @@ class _OldGenerator(_Generator):
     process_decode_output_host = None  # type: ignore[assignment]
 
 
+class _NoProcessGenerator(_Generator):
+    process_decode_output_host = None  # type: ignore[assignment]
+
+
+class _BadReadGenerator(_Generator):
+    def read_decode_output(self, tt_out: Any, blocking: bool) -> Any: ...  # type: ignore[override]
+
+
 class _KwargsGenerator:
     """Every call forwarded as **kwargs, no *_text method: the signatures say nothing, taken as taking."""
 
@@ -230,21 +238,35 @@ def _entry(cls: type | BaseException) -> ModelEntry:
 
 
 def test_a_generator_class_against_the_runners_calls() -> None:
-    where = WHERE
+    # what the load path makes of the class (models/tt_capabilities.py), not a reading of its own
+    where, current = WHERE, "read: read_decode_output(async_read)"
     assert check_generator(_entry(_Generator)) == Check(
         "ok", "TTLlamaForCausalLM",
-        f"{where}: model_capabilities={{'supports_prefix_caching': True}}; warmup: warmup_model_decode")
+        f"{where}: model_capabilities={{'supports_prefix_caching': True}}; {current}; warmup: "
+        "warmup_model_decode")
     assert check_generator(_entry(_NoPrefixGenerator)).line() == (
         f"warn     TTLlamaForCausalLM: {where}: prefill_forward takes no start_pos (prefix caching (tt-metal "
         "PR #33883, 2026)), no empty_slots (data_parallel_size > 1); model_capabilities="
-        "{'supports_prefix_caching': False}; warmup: warmup_model_decode -> a newer tt-metal release has "
-        "them")
-    assert check_generator(_entry(_OldGenerator)).line() == (
-        f"missing  TTLlamaForCausalLM: {where} lacks process_decode_output_host, "
-        "read_decode_output(async_read=); model_capabilities={'supports_prefix_caching': True} -> use a "
-        "tt-metal release whose generator has them (the README's Tenstorrent section)")
-    assert check_generator(_entry(_KwargsGenerator)) == Check(
-        "ok", "TTLlamaForCausalLM", f"{where}: no model_capabilities; warmup: none")
+        f"{{'supports_prefix_caching': False}}; {current}; warmup: warmup_model_decode -> a newer tt-metal "
+        "release has them")
+    # the older read (tt_out, unpadded_batch) runs inside decode_forward: no process_decode_output_host
+    assert check_generator(_entry(_OldGenerator)) == Check(
+        "ok", "TTLlamaForCausalLM", f"{where}: model_capabilities={{'supports_prefix_caching': True}}; read: "
+        "older, inside decode_forward(read_from_device); warmup: warmup_model_decode")
+    assert check_generator(_entry(_NoProcessGenerator)).line() == (
+        f"missing  TTLlamaForCausalLM: {where} lacks process_decode_output_host; model_capabilities="
+        "{'supports_prefix_caching': True} -> use a tt-metal release whose generator has them (the "
+        "README's Tenstorrent section)")
+    # every call **kwargs and nothing declared: the runner passes what it always passes, and no
+    # start_pos or empty_slots (the load path's reading of an undeclared class)
+    assert check_generator(_entry(_KwargsGenerator)).line() == (
+        f"warn     TTLlamaForCausalLM: {where}: prefill_forward takes no start_pos (prefix caching (tt-metal "
+        "PR #33883, 2026)), no empty_slots (data_parallel_size > 1); no model_capabilities; read: "
+        "read_decode_output(async_read); warmup: none -> a newer tt-metal release has them")
+    bad = check_generator(_entry(_BadReadGenerator))
+    assert (bad.status, bad.detail.split(" is neither ")[1].split(";")[0]) == (
+        "missing", "tt-metal's read_decode_output(tt_out, async_read=False) nor the older (tt_out, "
+        "unpadded_batch, is_tokens=False)")
     broken = check_generator(_entry(ModuleNotFoundError("No module named 'vllm'", name="vllm")))
     assert broken.detail == f"{where} does not resolve: ModuleNotFoundError: No module named 'vllm'"
 

@@ -3,5 +3,6 @@ shared finishing step. Only `triton/` and tests import it; it is the one place t
 room (models, devices, runtime, scheduler, engine)."""
 
 from tt_backend.assembly.build import build_engine, uses_tt
+from tt_backend.assembly.instances import place_instance
 
-__all__ = ["build_engine", "uses_tt"]
+__all__ = ["build_engine", "place_instance", "uses_tt"]

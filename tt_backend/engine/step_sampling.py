@@ -3,11 +3,13 @@ chain), and the inputs of either.
 
 A batch takes the device path when the operation may sample on the device
 (`sample_on_device_mode`, `always_compat_sampling`) and no row needs the host: logprobs,
-penalties, logit bias, allowed ids, bad words, custom processors, a structured-output grammar, or
-min_tokens still banning EOS.
+penalties, logit bias, allowed ids, bad words, custom processors, a structured-output grammar,
+min_tokens still banning EOS, or parameters beyond the device sampler's limits (tt-metal's: top_k
+up to 32, no min_p; `SamplingConfig`).
 One such row sends the whole batch through the host path for that step; the next batch decides
-again. Both paths choose tokens with the same function, so a row's token does not depend on the
-path its batch took.
+again. On torch both paths choose tokens with the same function, so a row's token does not
+depend on the path its batch took; tt-metal's device sampler draws with its own per-slot
+generator, so there a seeded row is reproducible on either path but the two paths differ.
 """
 
 from __future__ import annotations
@@ -49,11 +51,21 @@ class SamplingRow:
     grammar: GrammarMatcher | None = None
 
 
+def device_computes(config: SamplingConfig, params: SamplingParams) -> bool:
+    """Whether the device sampler draws this row's token from exactly its distribution: a greedy
+    row always; a sampled one within the sampler's top_k and min_p limits."""
+    if params.greedy:
+        return True
+    limit = config.device_max_top_k
+    return (limit is None or 1 <= params.top_k <= limit) and (config.device_min_p or params.min_p == 0)
+
+
 def samples_on_device(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow], ahead: int) -> bool:
     """Whether a step of these sampling rows takes the device path: the operation may sample on
-    the device and no row needs the host."""
+    the device, the device sampler computes every row exactly, and no row needs the host."""
     return config.on_device(op) and not any(
-        r.sampling.needs_host(r.request.sampling, len(r.request.output_token_ids) + ahead) for r in rows)
+        r.sampling.needs_host(r.request.sampling, len(r.request.output_token_ids) + ahead)
+        or not device_computes(config, r.request.sampling) for r in rows)
 
 
 def plan_sampling(config: SamplingConfig, op: StepMode, rows: Sequence[SamplingRow | None],

@@ -37,8 +37,15 @@ def check_lanes(architecture: str, caps: ModelCapabilities, lanes: int) -> None:
     if lanes > 1 and not caps.single_execute:
         raise ValueError(
             f"data_parallel_size={lanes}: {architecture} does not declare single-execute, so its lanes "
-            "cannot share one program; serve it as one lane per model instance instead (Triton "
-            "instance_group count in config.pbtxt, each instance on its own device)")
+            f"cannot share one program; {instance_hint(lanes)}")
+
+
+def instance_hint(lanes: int) -> str:
+    """How to serve `lanes` data-parallel ranks as Triton model instances instead (assembly/instances.py)."""
+    return (f"serve it as {lanes} Triton model instances of one lane each: in config.pbtxt set "
+            f"`instance_group [ {{ count: {lanes}, kind: KIND_CPU }} ]` and data_parallel_size=1; each "
+            f"instance then opens its 1/{lanes} of the chips (TT_VISIBLE_DEVICES) as a 1/{lanes} of "
+            "MESH_DEVICE's mesh (README, Tenstorrent)")
 
 
 # Our torch Llama family: paged attention over any context makes caching, chunking and batched

@@ -33,7 +33,7 @@ from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.devices.tt.kv_layout import TTKVGeometry, deallocate_layer_caches
 from tt_backend.devices.tt.mesh import TTMesh, check_decode_batch, import_ttnn, planned_shape
 from tt_backend.mesh_options import MeshOptions, submesh_shape
-from tt_backend.models.capabilities import ModelCapabilities, check_lanes
+from tt_backend.models.capabilities import ModelCapabilities, check_lanes, instance_hint
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.registry import build_registry
 from tt_backend.models.tt_capabilities import TTGeneratorTraits, generator_traits
@@ -144,8 +144,8 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
     check_lanes(entry.arch, caps, lanes)
     if lanes > 1 and not traits.calls.takes_empty_slots:
         raise ValueError(f"data_parallel_size={lanes}: the prefill_forward of {entry.arch} takes no "
-                         "empty_slots, so a prompt cannot be sent to its lane's submesh; serve it as one "
-                         "lane per Triton model instance")
+                         "empty_slots, so a prompt cannot be sent to its lane's submesh; "
+                         f"{instance_hint(lanes)}")
     options = config.mesh_options(MeshOptions.shape_from(config.mesh_device))
     rows, cols = planned_shape(ttnn, options)
     chips_per_lane = rows * cols // lanes

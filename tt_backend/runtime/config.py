@@ -61,10 +61,18 @@ class SamplingConfig:
     mode: SampleOnDeviceMode
     always_compat: bool = False
     """Force the host path for every batch (debugging, A/B checks)."""
+    device_max_top_k: int | None = None
+    """The largest top_k the device sampler draws from exactly (None: any, the torch sampler's
+    full sort). Beyond it, and for an unrestricted top_k, a sampled row needs the host; a greedy
+    row never does (tt-metal's sampler: at most 32 candidates)."""
+    device_min_p: bool = True
+    """Whether the device sampler applies min_p (tt-metal's does not)."""
 
     @classmethod
-    def resolve(cls, mode: str, always_compat: bool = False) -> SamplingConfig:
-        return cls(SampleOnDeviceMode.parse("sample_on_device_mode", mode), always_compat)
+    def resolve(cls, mode: str, always_compat: bool = False, device_max_top_k: int | None = None,
+                device_min_p: bool = True) -> SamplingConfig:
+        return cls(SampleOnDeviceMode.parse("sample_on_device_mode", mode), always_compat, device_max_top_k,
+                   device_min_p)
 
     def on_device(self, op: StepMode) -> bool:
         if self.always_compat:

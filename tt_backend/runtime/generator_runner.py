@@ -8,19 +8,25 @@ the KV cache's handle (TTPagedKVCache) and the output reads (L lanes, capacity C
     prefill: rows ─▶ tokens [B, S]: every row's WHOLE sequence (cached prefix included), prompt_lens
              = each row's end, start_pos = its cached length (floored to the resume alignment),
              page_table [B, W], empty_slots ─▶ prefill_forward ─▶ logits [B, 1, V] ─▶ host sampling
+             (device sampling: + sampling_params ─▶ tokens)
     decode:  rows ─▶ tokens [L×C, 1], start_pos [L×C], page_table [L×C, W] at the fixed capacity
-             ─▶ decode_forward(enable_trace, read_from_device=False)  (device tensors)
+             ─▶ decode_forward(enable_trace, read_from_device=False[, sampling_params])
              ─▶ read_decode_output(async_read=True) ─▶ event_synchronize each event
-             ─▶ process_decode_output_host ─▶ (logits, log-probs) ─▶ host sampling of the live rows
+             ─▶ process_decode_output_host(is_tokens) ─▶ logits ─▶ host sampling, or tokens
 
 tt-metal computes row i's tokens[i, start_pos[i]:prompt_lens[i]] over the cached K/V before them,
 flooring a resumed start_pos to its alignment and recomputing the rest (generator.py,
 `prefill_forward_text`); its batched prefill ignores start_pos, so a row past a cached prefix goes
 alone. Decode runs at one fixed capacity per lane (the generator's max batch per submesh: its
 traces are captured for it); rows beyond the live ones are padding, at position -1 (tt-metal's
-mark of an inactive row) over a page table of sink blocks. Tokens are chosen on the host (device
-sampling is not wired yet). Older generators (read_decode_output(tt_out, unpadded_batch, ...))
-read inside decode_forward(read_from_device=True).
+mark of an inactive row) over a page table of sink blocks. Older generators
+(read_decode_output(tt_out, unpadded_batch, ...)) read inside decode_forward(read_from_device=True).
+
+A step samples on the device (`sampling_params`, tokens back instead of logits) when the plan has
+no host path: the engine decides per batch against `self.sampling`, which allows the device only
+for a generator declaring supports_sample_on_device. With async decode (`launch` / `complete`,
+a generator declaring supports_async_decode) step N+1 is launched once step N's tokens are read,
+and the host's work on step N's tokens overlaps the device's step N+1 (runtime/generator_reads.py).
 
 Lanes are the generator's data-parallel submeshes (tt_data_parallel): each submesh has its own
 cache with its own block ids, and a planned row carries its lane, its slot in the lane and its
@@ -41,9 +47,11 @@ from tt_backend.contract.modes import StepMode
 from tt_backend.contract.sampling import SampledTokens, SamplingPlan
 from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.cleanup import CleanupError, CleanupLog
-from tt_backend.devices.tt.generator import TTCallForms, TTGenerator
+from tt_backend.devices.tt.generator import TTCallForms, TTGenerator, TTSamplingParams
 from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.runtime.config import SamplingConfig, TraceConfig
+from tt_backend.runtime.generator_reads import DecodeRead, DecodeReads
+from tt_backend.runtime.generator_sampling import tt_sampling_params
 from tt_backend.runtime.generator_warmup import warm_up
 
 logger = logging.getLogger(__name__)
@@ -52,7 +60,7 @@ logger = logging.getLogger(__name__)
 class GeneratorRunner:
     def __init__(self, ttnn: Any, generator: TTGenerator, kv: TTPagedKVCache, blocks_per_lane: int,
                  table_width: int, decode_capacity: int, trace: TraceConfig, calls: TTCallForms,
-                 batched_prefill: bool, close_device: Any) -> None:
+                 batched_prefill: bool, close_device: Any, sampling: SamplingConfig | None = None) -> None:
         self.ttnn = ttnn
         self.generator = generator
         self.kv = kv
@@ -69,7 +77,11 @@ class GeneratorRunner:
         self.batched_prefill = batched_prefill
         """Rows from position 0 share one prefill call (false: disable_batched_prefill)."""
         assert self.lanes == 1 or calls.takes_empty_slots, "a data-parallel prefill needs empty_slots"
-        self.sampling = SamplingConfig.resolve("none", always_compat=True)  # host sampling only
+        self.sampling = sampling or SamplingConfig.resolve("none", always_compat=True)
+        """Where steps may sample: on the device only for a generator that declares it."""
+        self.reads = DecodeReads(ttnn, generator)
+        self._inflight: dict[int, DecodeRead] = {}
+        self._next_handle = 0
         self.eager_steps = 0
         self.traced_steps = 0
         self.cleanup_log = CleanupLog()
@@ -109,37 +121,49 @@ class GeneratorRunner:
 
     # ---- steps -------------------------------------------------------------------------------
     def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
+        """The sampling rows' tokens: from the generator's device sampler when the plan has no host
+        path, else from their logits on the host."""
         if self._closed:
             raise RuntimeError("the generator runner is closed")
-        assert sampling.host is not None, "the generator runner samples on the host"
         rows = list(plan.rows)
+        device = sampling if sampling.host is None else None
         if plan.mode is StepMode.PREFILL:
-            logits = self.prefill(rows)
+            out = self.prefill(rows, device)
         else:
-            logits = self.decode(rows)
+            out = self.reads.finish(self.start_decode(rows, device, None))
         sampled = [i for i, row in enumerate(rows) if row.sample]
-        return sampling.host.sample(logits[sampled].float())
+        if sampling.host is None:
+            return SampledTokens.read(out[sampled])
+        return sampling.host.sample(out[sampled].float())
 
-    def prefill_calls(self, rows: list[PlannedRow]) -> list[list[int]]:
+    def _device_params(self, sampling: SamplingPlan | None, rows: list[int], positions: list[int],
+                       batch: int) -> TTSamplingParams | None:
+        return None if sampling is None else tt_sampling_params(sampling.tensors, rows, positions, batch)
+
+    def prefill_calls(self, rows: list[PlannedRow], device_sampled: bool = False) -> list[list[int]]:
         """The rows (indices) of each prefill_forward call: the rows from position 0 together (each
         alone with batched prefill off); a row past a cached prefix or an earlier chunk alone
-        (tt-metal's batched prefill does not read start_pos)."""
+        (tt-metal's batched prefill does not read start_pos). Device-sampled rows go together only
+        at slots 0 .. B-1: tt-metal's batched prefill writes row i's token at its slot's index."""
         fresh = [i for i, row in enumerate(rows) if row.start_position == 0]
         resumed = [[i] for i, row in enumerate(rows) if row.start_position > 0]
-        together = [fresh] if fresh and self.batched_prefill else [[i] for i in fresh]
+        batched = self.batched_prefill and bool(fresh) and (
+            not device_sampled or self.slots([rows[i] for i in fresh]) == list(range(len(fresh))))
+        together = [fresh] if batched else [[i] for i in fresh]
         return together + resumed
 
-    def prefill(self, rows: list[PlannedRow]) -> torch.Tensor:
-        """Logits [rows, V] of each row's last token."""
-        logits: list[torch.Tensor | None] = [None] * len(rows)
-        for call in self.prefill_calls(rows):
-            out = self._prefill_call([rows[i] for i in call])
+    def prefill(self, rows: list[PlannedRow], sampling: SamplingPlan | None = None) -> torch.Tensor:
+        """Logits [rows, V] of each row's last token; with device `sampling`, its token [rows]."""
+        outs: list[torch.Tensor | None] = [None] * len(rows)
+        for call in self.prefill_calls(rows, device_sampled=sampling is not None):
+            params = self._device_params(sampling, call, list(range(len(call))), len(call))
+            out = self._prefill_call([rows[i] for i in call], params)
             for k, i in enumerate(call):
-                logits[i] = out[k]
+                outs[i] = out[k, 0] if params is not None else out[k]
         self.eager_steps += 1
-        return torch.stack([row_logits for row_logits in logits if row_logits is not None])
+        return torch.stack([row_out for row_out in outs if row_out is not None])
 
-    def _prefill_call(self, rows: list[PlannedRow]) -> torch.Tensor:
+    def _prefill_call(self, rows: list[PlannedRow], params: TTSamplingParams | None) -> torch.Tensor:
         calls = self.calls
         longest = max(row.context_len for row in rows)
         tokens = torch.zeros((len(rows), longest), dtype=torch.int64)
@@ -158,6 +182,8 @@ class GeneratorRunner:
             kwargs["empty_slots"] = self.slots(rows)
         if calls.takes_prefill_trace:
             kwargs["enable_trace"] = self.trace.prefill
+        if params is not None:
+            kwargs["sampling_params"] = params
         table = self.page_table(list(enumerate(rows)), len(rows))
         out = self.generator.prefill_forward(tokens, page_table=table, kv_cache=self.kv.caches,
                                              prompt_lens=[row.context_len for row in rows], **kwargs)
@@ -165,42 +191,66 @@ class GeneratorRunner:
 
     def decode(self, rows: list[PlannedRow]) -> torch.Tensor:
         """Logits [rows, V] of one decode step at the fixed capacity of every lane."""
+        return self.reads.finish(self.start_decode(rows, None, None))
+
+    def start_decode(self, rows: list[PlannedRow], sampling: SamplingPlan | None,
+                      fed: torch.Tensor | None) -> DecodeRead:
+        """Launch one decode step at the fixed capacity of every lane and start its read. `fed`:
+        the rows' input tokens from the step before (async decode), instead of the plan's."""
         batch = self.lanes * self.decode_capacity
         slots = self.slots(rows)
         tokens = torch.zeros((batch, 1), dtype=torch.int64)
         start_pos = torch.full((batch,), -1, dtype=torch.int64)  # -1: a padding row (skipped)
-        for slot, row in zip(slots, rows, strict=True):
-            tokens[slot, 0] = row.token_ids[0]
+        for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
+            tokens[slot, 0] = row.token_ids[0] if fed is None else int(fed[i])
             start_pos[slot] = row.start_position
         g = self.generator
         table = self.page_table(list(zip(slots, rows, strict=True)), batch)
-        if self.calls.async_read:
-            device_out = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
-                                          enable_trace=self.enable_trace, read_from_device=False)
-            host_out, events = g.read_decode_output(device_out, async_read=True)
-            for event in events:
-                self.ttnn.event_synchronize(event)
-            processed = g.process_decode_output_host(host_out, is_tokens=False)
-        else:  # the older generators read inside decode_forward
-            processed = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
-                                         enable_trace=self.enable_trace, read_from_device=True)
-        # (logits, log-probs) from current tt-metal; logits alone from older generators
-        logits = torch.as_tensor(processed[0] if isinstance(processed, tuple) else processed)
+        params = self._device_params(sampling, list(range(len(rows))), slots, batch)
+        kwargs: dict[str, Any] = {} if params is None else {"sampling_params": params}
         if self.enable_trace:
             self.traced_steps += 1
         else:
             self.eager_steps += 1
-        return logits.reshape(batch, -1)[torch.tensor(slots)]
+        if self.calls.async_read:
+            device_out = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
+                                          enable_trace=self.enable_trace, read_from_device=False, **kwargs)
+            return self.reads.start(device_out, slots, is_tokens=params is not None)
+        # the older generators read inside decode_forward (and sample on the host)
+        processed = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
+                                     enable_trace=self.enable_trace, read_from_device=True)
+        return DecodeRead(None, [], slots, False, self.reads.rows(processed, slots, False))
+
+    # ---- async decode: launched steps, read later ---------------------------------------------
+    def launch(self, plan: StepPlan, sampling: SamplingPlan, after: int | None = None) -> int:
+        """Launch a device-sampled decode step and start its read without waiting; return its
+        handle. With `after` (the step launched just before), that step's tokens, waited for here,
+        are this step's input tokens: the host's work on step `after` then overlaps this one."""
+        assert plan.mode is StepMode.DECODE and sampling.host is None, "only device-sampled decode runs ahead"
+        assert self.calls.async_read, "async decode needs read_decode_output(async_read=True)"
+        fed = None if after is None else self.reads.finish(self._inflight[after])
+        read = self.start_decode(list(plan.rows), sampling, fed)
+        handle, self._next_handle = self._next_handle, self._next_handle + 1
+        self._inflight[handle] = read
+        return handle
+
+    def complete(self, handle: int) -> SampledTokens:
+        return SampledTokens.read(self.reads.finish(self._inflight.pop(handle)))
 
     # ---- warmup ------------------------------------------------------------------------------
     def warmup(self) -> list[str]:
         """The generator's two-phase warmup before the model reports ready
         (runtime/generator_warmup.py); returns the hooks called, in order."""
         return warm_up(self.generator, self.kv.caches, self.trace, self.lanes * self.decode_capacity,
-                       self.table_width)
+                       self.table_width, self.sampling)
 
     def drain(self) -> int:
-        return 0  # every step's outputs are read before run_and_sample returns
+        """Wait for every launched step's read and drop it; return how many there were."""
+        pending = list(self._inflight.values())
+        self._inflight.clear()
+        for read in pending:
+            self.reads.finish(read)
+        return len(pending)
 
     # ---- cleanup -----------------------------------------------------------------------------
     def _drop_generator(self) -> None:
@@ -216,6 +266,7 @@ class GeneratorRunner:
         log = self.cleanup_log
         log.retry_orphans()
         if not log.events:
+            log.release("decode_reads", lambda: logger.debug("retired %d reads", self.drain()))
             log.release("kv_cache", self.kv.release)
             log.release("generator", self._drop_generator)
             log.release("device", self._close_device)

@@ -23,7 +23,8 @@ import inspect
 import logging
 from typing import Any
 
-from tt_backend.runtime.config import TraceConfig
+from tt_backend.contract.modes import StepMode
+from tt_backend.runtime.config import SamplingConfig, TraceConfig
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +34,11 @@ PLUGIN_ARGUMENTS = {"warmup_model_prefill": ("kv_cache", "enable_trace", "can_sa
 """What the plugin passes each hook (a hook that takes only **kwargs gets these)."""
 
 
-def _call(generator: Any, name: str, known: dict[str, Any]) -> bool:
+def _call(generator: Any, name: str, known: dict[str, Any], on_device: bool) -> bool:
     hook = getattr(generator, name, None)
     if hook is None:
         return False
+    known = {**known, "can_sample_on_device": on_device, "non_greedy_decoding_on_device": on_device}
     parameters = inspect.signature(hook).parameters
     named = [key for key in known if key in parameters]
     if not named and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -51,13 +53,15 @@ def _is_trace_region_error(exc: BaseException) -> bool:
 
 
 def warm_up(generator: Any, kv_cache: list[Any], trace: TraceConfig, max_batch_size: int,
-            num_blocks: int) -> list[str]:
-    """Run both phases; return the hooks called, each as `name(enable_trace)`."""
-    known: dict[str, Any] = {"kv_cache": kv_cache, "max_batch_size": max_batch_size, "num_blocks": num_blocks,
-                             "can_sample_on_device": False, "non_greedy_decoding_on_device": False}
+            num_blocks: int, sampling: SamplingConfig) -> list[str]:
+    """Run both phases; return the hooks called, each as `name(enable_trace)`. Each hook warms
+    device sampling (greedy and not) where its operation may sample on the device."""
+    known: dict[str, Any] = {"kv_cache": kv_cache, "max_batch_size": max_batch_size, "num_blocks": num_blocks}
+    device = {"warmup_model_prefill": sampling.on_device(StepMode.PREFILL),
+              "warmup_model_decode": sampling.on_device(StepMode.DECODE)}
     called: list[str] = []
     for name in ("warmup_model_prefill", "warmup_model_decode"):
-        if _call(generator, name, {**known, "enable_trace": False}):
+        if _call(generator, name, {**known, "enable_trace": False}, device[name]):
             called.append(f"{name}(False)")
     captures = [name for name, traced in (("warmup_model_prefill", trace.prefill),
                                           ("warmup_model_decode", trace.decode)) if traced]
@@ -65,7 +69,7 @@ def warm_up(generator: Any, kv_cache: list[Any], trace: TraceConfig, max_batch_s
         generator.already_warmed_up_prefill = False  # tt-metal warms prefill once; capture it now
     for name in captures:
         try:
-            if _call(generator, name, {**known, "enable_trace": True}):
+            if _call(generator, name, {**known, "enable_trace": True}, device[name]):
                 called.append(f"{name}(True)")
         except RuntimeError as exc:
             if not _is_trace_region_error(exc):

@@ -23,7 +23,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from tt_backend.assembly import build_engine
+from tt_backend.assembly import build_engine, place_instance
 from tt_backend.config import EngineConfig
 from tt_backend.contract.errors import ErrorKind, kind_of
 from tt_backend.contract.modes import FinishReason
@@ -33,6 +33,7 @@ from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
 from tt_backend.text.tokenizer import check_prompt_bytes, max_token_bytes
 from tt_backend.triton.errors import triton_error
 from tt_backend.triton.metrics import EngineMetrics
+from tt_backend.triton.model_instance import instance_position
 from tt_backend.triton.model_params import model_parameters, setup_logging
 from tt_backend.triton.request_inputs import parse_generate_request
 from tt_backend.triton.response_builder import ResponseBuilder, Tensors
@@ -84,6 +85,9 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(model_config):
             raise ValueError("tt_llm must be configured with model_transaction_policy { decoupled: true }")
         config = EngineConfig.from_parameters(model_parameters(model_config))
+        # Before anything asks ttnn for a device: on device=tt each instance opens its own chips
+        instance = instance_position(args.get("model_instance_name", ""), model_config)
+        config = place_instance(config, instance.index, instance.count)
         self.engine = build_engine(config)
         self.tokenizer = self.engine.tokenizer
         self._token_bytes = max_token_bytes(self.tokenizer)
@@ -93,7 +97,8 @@ class TritonPythonModel:
         resolved = self.engine.config
         self.metrics = EngineMetrics(args["model_name"], served_model_name(resolve_model_dir(config.model)),
                                      resolved.data_parallel_size, self.engine.cache_info,
-                                     self.engine.max_model_len, resolved.max_num_batched_tokens)
+                                     self.engine.max_model_len, resolved.max_num_batched_tokens,
+                                     first_lane=instance.index * resolved.data_parallel_size)
         self.engine.set_stats_listener(self._queue.put)
         self.engine.set_failure_listener(lambda exc: self._queue.put(_EngineFailed(exc)))
         self._thread = threading.Thread(target=self._response_loop, name="tt-responses", daemon=True)

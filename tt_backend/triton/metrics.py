@@ -35,11 +35,14 @@ Series = dict[tuple[str, str], Any]
 
 class EngineMetrics:
     def __init__(self, model: str, model_name: str, num_lanes: int, cache: CacheInfo, max_model_len: int,
-                 max_num_batched_tokens: int) -> None:
+                 max_num_batched_tokens: int, first_lane: int = 0) -> None:
+        """`first_lane`: this model instance's first lane label (instance k of several, each of
+        num_lanes lanes, labels its lanes k*num_lanes...), so instances never share a series."""
+        self._first_lane = first_lane
         self._families: list[Any] = []  # kept alive for as long as their metrics
         counter, gauge, histogram = (pb_utils.MetricFamily.COUNTER, pb_utils.MetricFamily.GAUGE,
                                      pb_utils.MetricFamily.HISTOGRAM)
-        lanes = [str(i) for i in range(num_lanes)]
+        lanes = [str(first_lane + i) for i in range(num_lanes)]
         base = {"model": model, "model_name": model_name}
 
         def metrics(name: str, description: str, kind: Any, extra: dict[str, list[str]] | None = None,
@@ -130,7 +133,7 @@ class EngineMetrics:
         seeing the new gauges (say, nothing running) then also sees every count of the report
         that set them. With the gauges first, a scrape in between saw an idle engine whose last
         step's counts were missing."""
-        lane = str(stats.lane)
+        lane = str(self._first_lane + stats.lane)
         for counter, value in ((self.prompt_tokens, stats.prompt_tokens),
                                (self.generation_tokens, stats.generation_tokens),
                                (self.preemptions, stats.preemptions),
@@ -178,4 +181,4 @@ class EngineMetrics:
                 histogram[(lane, "")].observe(seconds)
 
     def engine_failed(self, lane: int = 0) -> None:
-        self.engine_failures[(str(lane), "")].increment(1)
+        self.engine_failures[(str(self._first_lane + lane), "")].increment(1)

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 from collections.abc import Callable
 from types import ModuleType
 
 from tt_backend.models.registry import ModelEntry
+from tt_backend.models.tt_capabilities import generator_traits, read_form, takes
 from tt_backend.tt_doctor.checks import SETUP, Check
 
 GENERATOR_VLLM = "models.tt_transformers.tt.generator_vllm"
 REQUIRED_METHODS = ("initialize_vllm_model", "allocate_kv_cache", "prefill_forward", "decode_forward",
-                    "read_decode_output", "process_decode_output_host")
-# (method, parameter) our runner passes (runtime/generator_runner.py), found on the method or the
-# `*_text` method tt-metal's prefill_forward / decode_forward forward to.
-REQUIRED_PARAMETERS = (("decode_forward", "enable_trace"), ("decode_forward", "read_from_device"),
-                       ("read_decode_output", "async_read"))
+                    "read_decode_output")
+"""And process_decode_output_host with the current read form (the older reads in decode_forward)."""
+# (method, parameter) our runner always passes (runtime/generator_runner.py), found on the method or
+# the `*_text` method tt-metal's prefill_forward / decode_forward forward to.
+REQUIRED_PARAMETERS = (("decode_forward", "enable_trace"), ("decode_forward", "read_from_device"))
 OPTIONAL_PARAMETERS = {("prefill_forward", "start_pos"): "prefix caching (tt-metal PR #33883, 2026)",
                        ("prefill_forward", "empty_slots"): "data_parallel_size > 1"}
 WARMUP_HOOKS = ("warmup_model_prefill", "warmup_model_decode")
@@ -56,38 +56,40 @@ def check_models_package(find: Callable[[str], object | None] = importlib.util.f
     return Check("ok", name, f"{GENERATOR_VLLM} imports")
 
 
-def _takes(cls: type, method: str, parameter: str) -> bool:
-    """Named by `method` or the `*_text` method it forwards to; where every signature there is
-    `**kwargs`, it says nothing, and is taken to."""
-    signatures = []
-    for name in (method, f"{method}_text"):
-        try:
-            signatures.append(inspect.signature(getattr(cls, name)).parameters)
-        except (AttributeError, TypeError, ValueError):  # absent, or no signature to read
-            continue
-    if any(parameter in parameters for parameters in signatures):
-        return True
-    return not [p for p in signatures if all(v.kind is not inspect.Parameter.VAR_KEYWORD for v in p.values())]
+def _accepts(cls: type, method: str, parameter: str) -> bool:
+    """Whether a call of `method` passing `parameter` by keyword is accepted: named by it or the
+    `*_text` method it forwards to, or taken by **kwargs."""
+    return takes(cls, method, parameter, declared=True)
 
 
 def check_generator(entry: ModelEntry) -> Check:
     """The class `entry` resolves to has every method the runner calls, with the parameters it
-    passes; its `model_capabilities` and the optional parameters are shown."""
+    passes; what the runner will do with it (models/tt_capabilities.py, the load path's reading of
+    the class) is shown: its model_capabilities, optional parameters, read form, warmup hooks."""
     name = entry.arch
     try:
         cls = entry.resolve()
     except Exception as exc:  # noqa: BLE001 (any failure to resolve is the finding)
         return Check("missing", name, f"{entry.class_path} does not resolve: {type(exc).__name__}: {exc}")
-    lacks = [m for m in REQUIRED_METHODS if not callable(getattr(cls, m, None))]
-    lacks += [f"{m}({p}=)" for m, p in REQUIRED_PARAMETERS if m not in lacks and not _takes(cls, m, p)]
     caps = getattr(cls, "model_capabilities", None)
     shown = f"model_capabilities={caps!r}" if isinstance(caps, dict) else "no model_capabilities"
-    if lacks:
+    lacks = [m for m in REQUIRED_METHODS if not callable(getattr(cls, m, None))]
+    lacks += [f"{m}({p}=)" for m, p in REQUIRED_PARAMETERS if m not in lacks and not _accepts(cls, m, p)]
+    try:
+        current = not lacks and read_form(cls)
+        traits = None if lacks else generator_traits(cls, None, 1, 32)
+    except ValueError as exc:
+        return Check("missing", name, f"{entry.class_path}: {exc}; {shown}")
+    if current and not callable(getattr(cls, "process_decode_output_host", None)):
+        lacks.append("process_decode_output_host")
+    if lacks or traits is None:
         return Check("missing", name, f"{entry.class_path} lacks {', '.join(lacks)}; {shown}",
                      "use a tt-metal release whose generator has them (the README's Tenstorrent section)")
-    without = [f"no {p} ({why})" for (m, p), why in OPTIONAL_PARAMETERS.items() if not _takes(cls, m, p)]
+    taken = {"start_pos": traits.calls.takes_start_pos, "empty_slots": traits.calls.takes_empty_slots}
+    without = [f"no {p} ({why})" for (_, p), why in OPTIONAL_PARAMETERS.items() if not taken[p]]
     hooks = [h for h in WARMUP_HOOKS if callable(getattr(cls, h, None))]
-    notes = [shown, f"warmup: {', '.join(hooks) or 'none'}"]
+    read = "read_decode_output(async_read)" if current else "older, inside decode_forward(read_from_device)"
+    notes = [shown, f"read: {read}", f"warmup: {', '.join(hooks) or 'none'}"]
     if without:
         return Check("warn", name, f"{entry.class_path}: prefill_forward takes {', '.join(without)}; "
                      + "; ".join(notes), "a newer tt-metal release has them")

@@ -25,9 +25,28 @@ or tt-metal: device tensors, events and the mesh are `Any`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
+if TYPE_CHECKING:  # annotations only: the doctor reads call forms without loading torch
+    import torch
+
+
+@dataclass(frozen=True)
+class TTSamplingParams:
+    """Device sampling's inputs in tt-metal's form (models/common/sampling/generator.py
+    `SamplingParams`, which the generator reads by attribute: "vLLM has its own duck-type-compatible
+    TTSamplingParams"): one entry per batch row. tt-metal's sampler treats temperature 0 as greedy
+    (top-1), caps top_k at 32, and seeds each slot's generator at prefill; penalties and log-probs
+    stay on the host here (their defaults: off)."""
+
+    temperature: list[float]
+    top_k: list[int]
+    top_p: list[float]
+    seed: list[int] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    enable_log_probs: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,17 +75,21 @@ class TTGenerator(Protocol):
 
     def prefill_forward(self, tokens: torch.Tensor, /, *, page_table: torch.Tensor, kv_cache: list[Any],
                         prompt_lens: list[int], start_pos: list[int] | None = None,
-                        empty_slots: list[int] | None = None, enable_trace: bool = True) -> Any:
+                        empty_slots: list[int] | None = None, enable_trace: bool = True,
+                        sampling_params: TTSamplingParams | None = None) -> Any:
         """Prefill every row of `tokens` [B, S] (each row's whole sequence, cached prefix included,
-        padded) and return the logits of each row's last token, [B, 1, vocab], on the host. Row i
-        computes tokens[i, start_pos[i]:prompt_lens[i]] over the cached K/V before start_pos[i] and
-        goes to the submesh of batch slot empty_slots[i]; with enable_trace its padded length's
-        captured trace replays."""
+        padded) and return the logits of each row's last token, [B, 1, vocab], on the host (with
+        `sampling_params`: each row's sampled token instead). Row i computes
+        tokens[i, start_pos[i]:prompt_lens[i]] over the cached K/V before start_pos[i] and goes to
+        the submesh of batch slot empty_slots[i]; with enable_trace its padded length's captured
+        trace replays."""
 
     def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor, /, *, page_table: torch.Tensor,
-                       kv_cache: list[Any], enable_trace: bool, read_from_device: bool) -> Any:
+                       kv_cache: list[Any], enable_trace: bool, read_from_device: bool,
+                       sampling_params: TTSamplingParams | None = None) -> Any:
         """One decode step of tokens [B, 1] at start_pos [B] (-1: a padding row), the batch split
-        into one equal chunk per submesh; with `enable_trace` a captured ttnn trace replays. With
+        into one equal chunk per submesh; with `enable_trace` a captured ttnn trace replays; with
+        `sampling_params` the step samples on the device and outputs tokens. With
         read_from_device=False: the per-submesh device outputs, for `read_decode_output`."""
 
     def read_decode_output(self, tt_out: Any, /, *, async_read: bool) -> Any:
@@ -74,7 +97,8 @@ class TTGenerator(Protocol):
         submesh to wait on with ttnn.event_synchronize before reading them)."""
 
     def process_decode_output_host(self, tt_out: Any, /, *, is_tokens: bool) -> Any:
-        """The host outputs as torch: (logits [B, 1, vocab], log-probs) with is_tokens=False."""
+        """The host outputs as torch: (logits [B, 1, vocab], log-probs) with is_tokens=False; the
+        sampled tokens (one per row; with log-probs, a tuple) with is_tokens=True."""
 
 
 class LoadableTTGenerator(TTGenerator, Protocol):

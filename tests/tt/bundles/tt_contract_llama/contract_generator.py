@@ -9,6 +9,9 @@
         floors resume offsets); MC models/common/model_capabilities.py (ModelCapabilitiesMixin doc)
     OLD tt-metal generator.py @ d9d95fa357fd2eb79e72ee3fa7daf1214bd9f233
     P   vllm-tt-plugin e3fc849 (model_runner.py, async_decode.py, platform.py): the caller
+    SG  tt-metal models/common/sampling/generator.py @ 00b0fa3f (SamplingParams, format_sampling_params,
+        SeedManager); OP ttnn.sampling (its doc and kernels); FV models/common/sampling/full_vocab_contract.py
+        @ 2befd795; LP models/common/sampling/tt_log_probs.py: the device sampler (device_sampler.py)
 
 It has tt-metal's method signatures and return forms, runs real ttnn objects (submeshes, the KV
 cache on the device, the paged ops at each step's shapes, decode outputs on the device, the async
@@ -21,6 +24,8 @@ tokens or a violation. The classes (each a bundle, see RULES.md "Variants"):
     TTLlamaChunkedForCausalLM  also declares supports_chunked_prefill
     TTLlamaAlignedForCausalLM  also declares resumed_prefill_token_alignment (128)
     TTLlamaOlderForCausalLM    an older generator: OLD's signatures, no capabilities, no warmup hooks
+    TTLlamaSamplingForCausalLM also declares supports_sample_on_device: G's sampling_params path, the
+                               sampler computed on the host (sampling_generator.py, device_sampler.py)
 """
 
 from __future__ import annotations
@@ -282,6 +287,18 @@ class TTLlamaOlderForCausalLM(core.ContractCore):
         return logits[:unpadded_batch]
 
 
+sampling = core.load_by_path(core.HERE / "sampling_generator.py", "tt_contract_llama_sampling")
+
+
+class TTLlamaSamplingForCausalLM(sampling.DeviceSampling, TTLlamaForCausalLM):
+    """TTLlamaForCausalLM that samples on the device (tt-metal's LlamaForCausalLM @ 290fd31c does not
+    declare supports_sample_on_device; the declaration is this stand-in's, RULES.md 56)."""
+
+    model_capabilities = {"supports_prefix_caching": True, "supports_async_decode": True,
+                          "supports_sample_on_device": True}
+
+
 VARIANTS: dict[str, type] = {"current": TTLlamaForCausalLM, "chunked": TTLlamaChunkedForCausalLM,
-                             "aligned": TTLlamaAlignedForCausalLM, "older": TTLlamaOlderForCausalLM}
+                             "aligned": TTLlamaAlignedForCausalLM, "older": TTLlamaOlderForCausalLM,
+                             "sampling": TTLlamaSamplingForCausalLM}
 """The bundles under variants/<name>/llama/ pick their class here by <name>."""
