@@ -77,8 +77,8 @@ def test_a_bundle_serves_without_the_models_package(tmp_path: Path) -> None:
     assert lines[5:] == [
         MODELS_MISSING.replace("missing ", "warn    ", 1),
         "ok       TTLlamaForCausalLM: contract_generator:TTLlamaForCausalLM: model_capabilities="
-        "{'supports_prefix_caching': True, 'supports_async_decode': True}; warmup: warmup_model_prefill, "
-        "warmup_model_decode",
+        "{'supports_prefix_caching': True, 'supports_async_decode': True}; read: "
+        "read_decode_output(async_read); warmup: warmup_model_prefill, warmup_model_decode",
         "warn     builtin TT classes: TTMistralForCausalLM, TTQwen2ForCausalLM, TTQwen3ForCausalLM: not "
         "checked, tt-metal's generator_vllm does not import",
         f"ok       HF_MODEL: unset: the loader sets it from the model option ({checkpoint})",
