@@ -7,19 +7,15 @@ extra_models_dir=tests/tt/bundles/tt_contract_llama/variants/per_instance."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve()
-_NAME = "tt_contract_llama_generator"
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(_NAME, _HERE.parents[3] / "contract_generator.py")
-    assert _spec is not None and _spec.loader is not None
-    sys.modules[_NAME] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_NAME])
-
-_Current: Any = sys.modules[_NAME].VARIANTS["current"]
+_spec = importlib.util.spec_from_file_location("tt_contract_llama_variant_entry",
+                                               Path(__file__).resolve().parents[3] / "variant_entry.py")
+assert _spec is not None and _spec.loader is not None
+_entry = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_entry)
+_Current: Any = _entry.generator().VARIANTS["current"]
 
 
 class TTLlamaForCausalLM(_Current):  # type: ignore[misc]
