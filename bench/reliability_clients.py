@@ -239,7 +239,7 @@ def server_processes(session: int) -> dict[str, int]:
             found["tritonserver"] = int(proc.name)
         elif cmd[0].endswith(b"triton_python_backend_stub") and b"tt_llm/1/model.py" in cmd[1]:
             found["tt_llm stub"] = int(proc.name)
-        elif b"tt_backend.openai_front" in cmd:
+        elif cmd[1:3] == [b"-m", b"tt_backend.openai_front"]:  # not scripts/keep_running.py above it
             found["front"] = int(proc.name)
     return found
 

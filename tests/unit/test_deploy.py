@@ -1,7 +1,7 @@
 """deploy/: every Kubernetes manifest validates against its schema (Kubernetes' own kinds strictly,
 through kubernetes-validate; PodMonitor and ScaledObject against their CRD schemas from npm;
-InferencePool and InferenceModel against our transcription of their API), the manifests agree
-with each other, and the Dockerfile passes hadolint. Nothing here builds the image (see its header)."""
+InferencePool against the inference extension's v1 CRD schema in deploy/schemas), the manifests
+agree with each other, and the Dockerfile passes hadolint. Nothing here builds the image (see its header)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ DEPLOY = ROOT / "deploy"
 CRD_MODELS = ROOT / "build" / "deploy-checks"  # scripts/test_deps.sh installs them
 KUBERNETES = "1.33.0"
 NPM_KINDS = {("monitoring.coreos.com/v1", "PodMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
-TRANSCRIBED = "inference.networking.x-k8s.io/v1alpha2"
+INFERENCE_POOL = "inference.networking.k8s.io/v1"
 
 
 def manifests() -> list[tuple[str, dict[str, Any]]]:
@@ -39,8 +39,8 @@ def by_kind(kind: str) -> list[dict[str, Any]]:
 
 def test_every_kind_is_covered() -> None:
     kinds = sorted({doc["kind"] for _, doc in manifests()})
-    assert kinds == ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "InferenceModel", "InferencePool",
-                     "PodMonitor", "ScaledObject", "Service"]
+    assert kinds == ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "InferencePool", "PodMonitor",
+                     "ScaledObject", "Service"]
 
 
 @pytest.mark.parametrize(("name", "doc"), [m for m in manifests() if "/" not in m[1]["apiVersion"]
@@ -68,36 +68,47 @@ def test_custom_resources_validate_against_their_crd_schemas() -> None:
                                       "data/spec/triggers/0/metadata must be object"]
 
 
-def test_inference_extension_resources_validate_against_the_transcribed_api() -> None:
-    with open(DEPLOY / "schemas" / "inference_v1alpha2.json", encoding="utf-8") as f:
-        schema = json.load(f)
-    docs = [doc for _, doc in manifests() if doc["apiVersion"] == TRANSCRIBED]
-    assert sorted(doc["kind"] for doc in docs) == ["InferenceModel", "InferencePool"]
-    for doc in docs:
-        kind_schema = {**schema, "$ref": f"#/$defs/{doc['kind']}"}
-        jsonschema.validate(doc["spec"], kind_schema)
+def validate_inference_pool(spec: dict[str, Any]) -> None:
+    with open(DEPLOY / "schemas" / "inferencepool_v1.json", encoding="utf-8") as f:
+        jsonschema.validate(spec, json.load(f))
+
+
+def test_the_inference_pool_validates_against_the_v1_crd_schema() -> None:
+    (pool,) = [doc for _, doc in manifests() if doc["kind"] == "InferencePool"]
+    assert pool["apiVersion"] == INFERENCE_POOL
+    validate_inference_pool(pool["spec"])
+    spec = pool["spec"]
+    broken = [{**spec, "targetPortNumber": 9000},  # v1alpha2's field
+              {**spec, "targetPorts": [{"number": 9000}, {"number": 9000}]},  # the CRD's unique-ports rule
+              {**spec, "endpointPickerRef": {"name": "epp"}},  # a Service reference needs its port
+              {key: value for key, value in spec.items() if key != "targetPorts"}]
+    for bad in broken:
         with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate({**doc["spec"], "targetPortNumbr": 9000}, kind_schema)
+            validate_inference_pool(bad)
+    validate_inference_pool({**spec, "endpointPickerRef": {"name": "epp", "kind": "Other"}})
 
 
 def test_the_manifests_agree() -> None:
     deployment, pool = by_kind("Deployment")[0], by_kind("InferencePool")[0]
-    model = by_kind("InferenceModel")[0]
     labels = deployment["spec"]["template"]["metadata"]["labels"]
-    container = deployment["spec"]["template"]["spec"]["containers"][0]
-    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    container, front = deployment["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for c in (container, front) for p in c["ports"]}
     assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002, "openai": 9000}
     for service in by_kind("Service"):
         assert service["spec"]["selector"] == labels
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= set(ports)
     assert by_kind("PodMonitor")[0]["spec"]["selector"]["matchLabels"] == labels
     assert by_kind("PodMonitor")[0]["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    assert (pool["spec"]["selector"], pool["spec"]["targetPortNumber"]) == (labels, ports["openai"])
-    assert model["spec"]["poolRef"]["name"] == pool["metadata"]["name"]
-    assert model["spec"]["modelName"] == "SmolLM2-135M-Instruct"  # the name the OpenAI front serves
+    assert (pool["spec"]["selector"]["matchLabels"], pool["spec"]["targetPorts"]) == (
+        labels, [{"number": ports["openai"]}])
     probes = {k: container[k]["httpGet"]["path"] for k in ("startupProbe", "livenessProbe", "readinessProbe")}
     assert probes == {"startupProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live",
                       "readinessProbe": "/v2/health/ready"}
+    assert container["args"] == ["--no-openai"]  # the front is the second container, its own process
+    assert front["command"][1:] == ["-m", "tt_backend.openai_front"]
+    assert (front["livenessProbe"]["tcpSocket"], front["readinessProbe"]["httpGet"]) == (
+        {"port": "openai"}, {"path": "/health", "port": "openai"})
+    assert "--served-model-name=SmolLM2-135M-Instruct" in front["args"]
     # 20 minutes for conversion and warmup before liveness applies
     assert container["startupProbe"]["periodSeconds"] * container["startupProbe"]["failureThreshold"] == 1200
     options = by_kind("ConfigMap")[0]
