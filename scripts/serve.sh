@@ -4,6 +4,7 @@
 #   scripts/serve.sh [--host ADDR] [--http-port N] [--grpc-port N] [--metrics-port N]
 #                    [--openai-host ADDR] [--openai-port N] [--no-openai] [--no-restart]
 #                    [--open-admin-api] [--openai-arg FLAG]... [--set KEY=VALUE]... [--instances N]
+#                    [--model-json FILE]
 #                    [any other tritonserver flag]...
 #
 # Beside tritonserver runs the OpenAI front (python -m tt_backend.openai_front) on --openai-port
@@ -13,11 +14,17 @@
 # env TT_BACKEND_API_KEY, which the front inherits and no process list shows) is never echoed here.
 # --set writes an engine option (tt_backend.config.EngineConfig) into tt_llm's parameters in a
 # fresh copy of model_repository/; `model` also goes to preprocessing and postprocessing.
+# --model-json FILE puts a vllm_backend model.json (vLLM engine arguments, mapped onto ours: see the
+# README's table) at tt_llm/1/model.json in that copy; --set options win over its arguments.
+# The served name (--set served_model_name=NAME, else the model folder's name, whole) goes to tt_llm's
+# metrics and to the front.
 # --instances N writes tt_llm's instance_group count (N stub processes; on device=tt each opens
 # its 1/N of the chips, see the README's Tenstorrent section).
 # tritonserver runs in the foreground with its log on stdout, under scripts/supervise.py: when a
 # model's backend process dies (Triton would go on reporting ready while that model fails every
 # request), it restarts tritonserver; --no-restart makes it exit with status 1 instead.
+# The OpenAI front runs under scripts/keep_running.py: when it dies it is started again, with
+# backoff, and a log line says how it died (--no-restart does not apply to it).
 #
 # Triton's admin APIs (model-repository load/unload, logging and trace settings, shared-memory
 # registration, statistics) need the header `admin-key` (gRPC: `triton-grpc-protocol-admin-key`)
@@ -30,6 +37,7 @@
 # own shared-memory prefix for the Python backend's stubs (--backend-config=python,
 # shm-region-prefix-name=..., unless one is given), so only the ports need to differ.
 set -euo pipefail
+CALLER_DIR=$(pwd)
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${VENV:-$ROOT/.venv}
@@ -62,6 +70,9 @@ while [ $# -gt 0 ]; do
         --set) SETS+=(--set "$2"); shift 2 ;;
         --set=*) SETS+=(--set "${1#--set=}"); shift ;;
         --instances) SETS+=(--instances "$2"); shift 2 ;;
+        --model-json) case "$2" in /*) f=$2 ;; *) f=$CALLER_DIR/$2 ;; esac; SETS+=(--model-json "$f"); shift 2 ;;
+        --model-json=*) f=${1#--model-json=}; case "$f" in /*) ;; *) f=$CALLER_DIR/$f ;; esac
+            SETS+=(--model-json "$f"); shift ;;
         *) EXTRA+=("$1"); shift ;;
     esac
 done
@@ -130,7 +141,7 @@ else
     echo "[serve] OpenMP: GNU (torch's libgomp)${TT_BACKEND_OPENMP:+, from TT_BACKEND_OPENMP}"
 fi
 
-echo "[serve] model: $MODEL_DIR"
+echo "[serve] model: $MODEL_DIR, served as $SERVED_MODEL_NAME"
 echo "[serve] http $HOST:$HTTP_PORT  grpc $HOST:$GRPC_PORT  metrics $HOST:$METRICS_PORT"
 echo "[serve] run folder $RUN_DIR  shm prefix $SHM_PREFIX"
 case "$HOST" in 0.0.0.0|::|"[::]") LOCAL=127.0.0.1 ;; *) LOCAL=$HOST ;; esac
@@ -149,8 +160,12 @@ SERVER=$!
 FRONT=
 if [ "$OPENAI" = 1 ]; then
     echo "[serve] OpenAI front http://${OPENAI_HOST:-$HOST}:$OPENAI_PORT/v1 (over grpc $HOST:$GRPC_PORT)"
+    # Restarted whenever it dies (1 s, doubling to 30 s between quick deaths), each death logged;
+    # a bad flag (usage error, status 2) is final. Its port refuses while it is down.
+    "$VENV/bin/python" "$ROOT/scripts/keep_running.py" --name "OpenAI front" --final-status 2 -- \
     "$VENV/bin/python" -m tt_backend.openai_front --host "${OPENAI_HOST:-$HOST}" --port "$OPENAI_PORT" \
         --triton-url "$HOST:$GRPC_PORT" --model "$MODEL_DIR" --max-model-len "$MAX_MODEL_LEN" \
+        --served-model-name "$SERVED_MODEL_NAME" \
         --triton-metrics-url "http://$LOCAL_URL:$METRICS_PORT/metrics" \
         ${OPENAI_ARGS[@]+"${OPENAI_ARGS[@]}"} &
     FRONT=$!

@@ -45,10 +45,11 @@ def free_ports(n: int) -> list[int]:
 
 def start_server(log: Path, *settings: str, env: dict[str, str] | None = None, openai_port: int | None = None,
                  openai_args: Sequence[str] = (),
-                 instances: int = 1) -> tuple[subprocess.Popen[bytes], Server]:
+                 instances: int = 1,
+                 model_json: Path | None = None) -> tuple[subprocess.Popen[bytes], Server]:
     """serve.sh on free ports; the OpenAI front only with `openai_port`, given `openai_args` (flags of
     `python -m tt_backend.openai_front`, passed as serve.sh's --openai-arg); `instances`: tt_llm's
-    instance_group count."""
+    instance_group count; `model_json`: a vllm_backend model.json for tt_llm (serve.sh --model-json)."""
     http, grpc, metrics = free_ports(3)
     args = ["bash", str(ROOT / "scripts" / "serve.sh"), "--http-port", str(http),
             "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
@@ -57,6 +58,7 @@ def start_server(log: Path, *settings: str, env: dict[str, str] | None = None, o
         args += ["--set", setting]
     args += [f"--openai-arg={flag}" for flag in openai_args]
     args += ["--instances", str(instances)] if instances != 1 else []
+    args += ["--model-json", str(model_json)] if model_json is not None else []
     out = open(log, "wb")
     # A key in the caller's environment would lock every front; a test that wants one passes it.
     inherited = {k: v for k, v in os.environ.items() if k != "TT_BACKEND_API_KEY"}

@@ -28,7 +28,7 @@ def client(server: Server) -> OpenAI:
 def test_models_lists_the_served_model_with_its_context(client: OpenAI) -> None:
     models = client.models.list().data
     assert [m.id for m in models] == [MODEL]
-    assert models[0].model_extra == {"max_model_len": 8192}
+    assert models[0].model_extra == {"root": MODEL, "parent": None, "max_model_len": 8192}
 
 
 @pytest.mark.parametrize("question", [QUESTION, "Name three colours."])
@@ -127,17 +127,20 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"presence_penalty": 3}, "presence_penalty"),
     ({"frequency_penalty": -2.5}, "frequency_penalty"),
     ({"repetition_penalty": 0}, "repetition_penalty"),
-    ({"seed": -1}, "seed"),
+    ({"seed": 2**63}, "seed"),  # vLLM's range: int64
     ({"stop": [""]}, "stop"),
     ({"stop": 5}, "stop"),
     ({"logit_bias": {"x": 1}}, "logit_bias"),
     ({"logit_bias": {"5": 500}}, "logit_bias"),
-    ({"n": 2}, "n"),
+    ({"n": 0}, "n"),
+    ({"n": 2, "best_of": 3}, "best_of"),
     ({"logprobs": "yes"}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),
     ({"logprobs": True, "top_logprobs": 99}, "top_logprobs"),
     ({"max_tokens": 3, "max_completion_tokens": 4}, "max_tokens"),
-    ({"temprature": 0.5}, "temprature"),
+    ({"continue_final_message": True}, "continue_final_message"),  # add_generation_prompt defaults true
+    ({"chat_template": "{{ messages }}"}, "chat_template"),  # needs --trust-request-chat-template
+    ({"chat_template_kwargs": {"tokenize": False}}, "chat_template_kwargs.tokenize"),
     ({"stream": "true"}, "stream"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
@@ -151,7 +154,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"tool_choice": "required"}, "tool_choice"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function",
       "function": {"name": "g"}}}, "tool_choice"),
-    ({"response_format": {"type": "xml"}}, "response_format"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
     ({"response_format": {"type": "json_schema", "json_schema": 3}}, "response_format.json_schema"),
     ({"structured_outputs": {"regex": ""}}, "structured_outputs"),
     ({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}},

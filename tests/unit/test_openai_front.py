@@ -40,7 +40,8 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+           template: Any = None) -> list[int]:
     return [ord(c) for c in "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"]
 
 
@@ -63,8 +64,14 @@ def front() -> Iterator[TestClient]:
 
 
 def test_models_and_health(front: TestClient) -> None:
-    assert front.get("/v1/models").json()["data"] == [
-        {"id": MODEL, "object": "model", "created": 0, "owned_by": "tt_backend", "max_model_len": 8192}]
+    card = {"id": MODEL, "object": "model", "created": 0, "owned_by": "tt_backend", "root": MODEL,
+            "parent": None, "max_model_len": 8192}
+    assert front.get("/v1/models").json() == {"object": "list", "data": [card]}
+    assert front.get(f"/v1/models/{MODEL}").json() == card
+    unknown = front.get("/v1/models/org/Other.Model-1.5")
+    assert (unknown.status_code, unknown.json()) == (404, {"error": {
+        "message": f"the model 'org/Other.Model-1.5' does not exist; this server serves {MODEL!r}",
+        "type": "not_found_error", "param": "model", "code": 404}})
     assert front.get("/health").status_code == 503  # no Triton behind it
 
 
@@ -309,7 +316,8 @@ def test_no_json_value_in_any_field_is_a_500(front: TestClient) -> None:
 def test_chat_templating_runs_off_the_event_loop(route: str) -> None:
     rendering, release = threading.Event(), threading.Event()
 
-    def slow_render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+    def slow_render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                    template: Any = None) -> list[int]:
         rendering.set()
         release.wait(10)
         return render(messages, tools)

@@ -1,5 +1,5 @@
 """Tool calls and response_format in the OpenAI front without a server: the constraint each mode
-sends, the output read back as tool calls (also as it streams), and the chunks the front sends."""
+sends, and the tools in the system message (the output read back: test_tool_parsers.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tt_backend.openai_front.errors import BadRequest
 from tt_backend.openai_front.requests import chat_call
-from tt_backend.openai_front.tool_calls import ToolCallReader, Tools, parse_tools, with_tools_in_system
+from tt_backend.openai_front.tool_calls import Tools, parse_tools, with_tools_in_system
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -18,7 +18,8 @@ TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"typ
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
-def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+           template: Any = None) -> list[int]:
     return [len(messages), len(tools or [])]
 
 
@@ -50,40 +51,6 @@ def test_response_format_becomes_structured_outputs() -> None:
     with pytest.raises(BadRequest, match="not both"):
         chat_call({"messages": MESSAGES, "tools": [WEATHER], "tool_choice": "required",
                    "response_format": {"type": "json_object"}}, render)
-
-
-def test_the_auto_reader_streams_text_until_a_call_begins() -> None:
-    reader = ToolCallReader(Tools("auto", (WEATHER["function"],)))
-    sent = [reader.feed(t) for t in ("Let me check. <to", "ol_call>", '{"name": "get_weather", ',
-                                     '"arguments": {"city": "Oslo"}}</tool_call>')]
-    assert sent == ["Let me check. ", "", "", ""]
-    rest, calls = reader.finish()
-    assert rest == "" and len(calls) == 1
-    assert calls[0]["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
-    assert calls[0]["type"] == "function" and calls[0]["id"].startswith("call_")
-    plain = ToolCallReader(Tools("auto", (WEATHER["function"],)))
-    assert plain.feed("a <b") == "a <b" and plain.feed("<") == "" and plain.finish() == ("<", [])
-    broken = ToolCallReader(Tools("auto", (WEATHER["function"],)))
-    broken.feed("<tool_call>{not json</tool_call>")
-    assert broken.finish() == ("<tool_call>{not json</tool_call>", [])
-
-
-def test_the_required_and_named_readers() -> None:
-    required = ToolCallReader(Tools("required", (WEATHER["function"], TIME["function"])))
-    assert required.feed('[{"name": "get_time", "parameters": {}}, ') == ""
-    required.feed('{"name": "get_weather", "parameters": {"city": "Rome"}}]')
-    rest, calls = required.finish()
-    assert rest == ""
-    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
-        ("get_time", {}), ("get_weather", {"city": "Rome"})]
-    cut = ToolCallReader(Tools("required", (TIME["function"],)))
-    cut.feed('[{"name": "get_ti')
-    assert cut.finish() == ('[{"name": "get_ti', [])
-    named = ToolCallReader(Tools("named", (WEATHER["function"],), "get_weather"))
-    named.feed('{"city": ')
-    named.feed('"Lima"}')
-    assert [c["function"] for c in named.finish()[1]] == [
-        {"name": "get_weather", "arguments": '{"city": "Lima"}'}]
 
 
 @pytest.mark.parametrize(("body", "param"), [

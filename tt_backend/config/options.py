@@ -44,7 +44,9 @@ class EngineConfig:
     """Every option of the engine. Construct directly or with `from_parameters`."""
 
     model: str = ""
-    """HF-format directory or GGUF file; empty selects the default SmolLM2-135M-Instruct."""
+    """HF-format directory, GGUF file or an HF id in the local HF cache; empty: SmolLM2-135M-Instruct."""
+    served_model_name: str = ""
+    """The name clients send and metrics carry; empty: the model's (models/checkpoint.py)."""
     dtype: Dtype = "auto"
     """auto: bfloat16 on CUDA and on CPUs with AVX-512; below AVX-512, float32 activations with
     bfloat16 linear weights (see devices/cpu/compute_plan.py)."""

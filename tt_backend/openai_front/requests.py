@@ -1,4 +1,6 @@
-"""OpenAI request bodies → what one `tt_llm` stream needs, with OpenAI's field names in every error.
+"""OpenAI request bodies → what their `tt_llm` streams need (n of them, one per choice), with
+OpenAI's field names in every error. The bodies' shapes and types are the pydantic models of
+schemas.py; what is checked here is what they cannot say (values, fields that exclude each other).
 
 Chat messages go through the model's chat template to token ids here (as vLLM does: the template
 already holds the special tokens, so nothing is added to them); a completion's prompt goes as the
@@ -11,44 +13,61 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from tt_backend.openai_front.chat_template import RESERVED_KWARGS, Render, TemplateArgs
 from tt_backend.openai_front.errors import BadRequest
+from tt_backend.openai_front.schemas import (
+    ChatCompletionRequest,
+    ChatTemplateFields,
+    CompletionRequest,
+    GenerateRequest,
+    Message,
+    ResponseFormat,
+    UnknownFields,
+    validated,
+)
 from tt_backend.openai_front.tool_calls import Tools, parse_tools
 from tt_backend.sampling.params import SamplingParams
 
 # OpenAI names with the same meaning in SamplingParams, and vLLM's extra sampling names.
-_SAME = ("temperature", "top_p", "seed", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+_SAME = ("temperature", "top_p", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
          "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
-         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids",
-         "structured_outputs")
-# Accepted without effect (they describe the caller, or options of models this is not).
-_IGNORED = ("user", "metadata", "store", "service_tier", "stream_options", "parallel_tool_calls",
-            "reasoning_effort", "modalities", "prompt_cache_key", "safety_identifier")
+         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids")
 # vLLM's router (vllm-router) re-serializes every request with these at their defaults (SGLang's
 # and vLLM's extensions): accepted at exactly that value, refused at any other, naming the field.
 _DEFAULT_ONLY: dict[str, bool] = {
-    "no_stop_trim": False, "continue_final_message": False, "return_hidden_states": False,
+    "no_stop_trim": False, "return_hidden_states": False,
     "separate_reasoning": True, "stream_reasoning": True, "include_reasoning": True}
-_COMMON = ("model", "n", "stream", "max_tokens")
-_CHAT = ("messages", "tools", "tool_choice", "response_format", "logprobs", "top_logprobs",
-         "max_completion_tokens")
-_COMPLETION = ("prompt", "logprobs", "echo")
 _REFUSED = {
     "suffix": "suffix (insertion) is not supported",
     "functions": "functions is OpenAI's retired name; send tools",
     "function_call": "function_call is OpenAI's retired name; send tool_choice",
-    "best_of": "best_of is not supported; send n=1",
 }
-Render = Callable[[list[dict[str, Any]], list[dict[str, Any]] | None], list[int]]
-"""Messages (and tools, for templates that take them) → prompt token ids."""
+_SEEDS = 2**64
+"""The engine's seeds are [0, 2**64); a request's 64-bit signed seed maps onto them modulo 2**64
+(two's complement: -1 is 2**64 - 1), so every seed vLLM takes is one seed here, and no two collide."""
+
+
+@dataclass(frozen=True)
+class RequestPolicy:
+    """The front's rules for request bodies (its flags)."""
+
+    fields: UnknownFields = field(default_factory=UnknownFields)
+    trust_request_chat_template: bool = False
+    """Whether a request may bring its own `chat_template` (vLLM's --trust-request-chat-template)."""
+    max_n: int = 128
+    """The most choices one request may ask for (OpenAI's limit); each is one engine request."""
+
+    def __post_init__(self) -> None:
+        if self.max_n < 1:
+            raise ValueError(f"max_n must be >= 1, got {self.max_n}")
 
 
 @dataclass(frozen=True)
 class GenerateCall:
-    """One `tt_llm` stream: the prompt and its sampling parameters."""
+    """One OpenAI request's `tt_llm` streams (n of them): the prompt and their sampling parameters."""
 
     prompt: str | tuple[int, ...]
     """Text (`text_input`) or token ids (`input_ids`)."""
@@ -60,117 +79,166 @@ class GenerateCall:
     echo: bool = False
     tools: Tools | None = None
     """Tool calls the output may (auto) or must (required, named) hold."""
+    n: int = 1
+    """Choices: n engine requests for the same prompt (`sampling_for(i)`)."""
+    continuous_usage: bool = False
+    """Usage (the choice's tokens so far) in every streamed chunk (vLLM's continuous_usage_stats)."""
+
+    def sampling_for(self, index: int) -> dict[str, Any]:
+        """Choice `index`'s parameters: a seeded request's choice i samples with seed + i (mod
+        2**64), so n seeded choices differ from each other and repeat on every request."""
+        seed = self.sampling.get("seed")
+        return self.sampling if seed is None or index == 0 else {**self.sampling,
+                                                                 "seed": (seed + index) % _SEEDS}
 
 
-def chat_call(body: dict[str, Any], render: Render) -> GenerateCall:
-    """A chat completion: `messages` (and `tools`) through the model's chat template (`render`, to
-    token ids); `response_format` and forced tool calls as structured outputs."""
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages must be a non-empty list of messages", "messages")
-    rendered = [_message(i, m) for i, m in enumerate(messages)]
+def chat_call(body: dict[str, Any], render: Render, policy: RequestPolicy | None = None) -> GenerateCall:
+    """A chat completion: `messages` (and `tools`) through the chat template (`render`, to token
+    ids); `response_format`, vLLM's guided fields and forced tool calls as structured outputs."""
+    policy = policy or RequestPolicy()
+    request = validated(ChatCompletionRequest, body)
+    policy.fields.check(request, "/v1/chat/completions")
+    _check_defaults(body)
     logprobs = None
-    if _bool(body, "logprobs", False):
-        logprobs = _int(body, "top_logprobs", 0)
-    elif body.get("top_logprobs") is not None:
+    if request.logprobs:
+        logprobs = request.top_logprobs or 0
+    elif request.top_logprobs:
         raise BadRequest("top_logprobs needs logprobs=true", "top_logprobs")
-    _check_fields(body, _CHAT)
-    both = body.get("max_completion_tokens"), body.get("max_tokens")
+    both = request.max_completion_tokens, request.max_tokens
     if None not in both and both[0] != both[1]:
         raise BadRequest(f"max_completion_tokens ({both[0]!r}) and max_tokens ({both[1]!r}) disagree; "
                          "send max_completion_tokens alone (max_tokens is its older name)", "max_tokens")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    max_tokens = both[0] if both[0] is not None else both[1]
     tools = parse_tools(body)
-    constraint = _response_format(body.get("response_format"))
+    constraint = _response_format(request.response_format)
     if tools is not None and tools.constraint is not None:
         if constraint is not None:
             raise BadRequest(f"tool_choice {body.get('tool_choice')!r} constrains the output; "
                              "send response_format or a forced tool call, not both", "response_format")
         constraint = tools.constraint
-    if constraint is not None:
-        if body.get("structured_outputs") is not None:
-            raise BadRequest("give response_format (or a forced tool call) or structured_outputs, not both",
-                             "structured_outputs")
-        body = {**body, "structured_outputs": constraint}
-    prompt = _render(render, rendered, body["tools"] if tools is not None else None)
-    call = _call(body, prompt, max_tokens, "max_completion_tokens" if "max_completion_tokens" in body
-                 else "max_tokens", logprobs, echo=False, logprobs_name="top_logprobs")
+    prompt = _render(render, [_message(i, m) for i, m in enumerate(request.messages)],
+                     body["tools"] if tools is not None else None, _template(request, policy))
+    call = _call(request, policy, prompt, max_tokens, "max_completion_tokens"
+                 if request.max_completion_tokens is not None else "max_tokens", logprobs, echo=False,
+                 constraint=constraint, logprobs_name="top_logprobs")
     return dataclasses.replace(call, tools=tools)
 
 
-def chat_prompt(messages: list[Any], tools: list[dict[str, Any]] | None, render: Render) -> tuple[int, ...]:
-    """The token ids `messages` (checked as a chat request's are) and `tools` render to."""
-    return _render(render, [_message(i, m) for i, m in enumerate(messages)], tools)
+def chat_prompt(body: dict[str, Any], render: Render, policy: RequestPolicy | None = None) -> tuple[int, ...]:
+    """The token ids a /tokenize body's `messages` (checked as a chat request's are), `tools` and
+    template fields render to."""
+    policy = policy or RequestPolicy()
+    request = validated(ChatTemplateFields, body)
+    policy.fields.check(request, "/tokenize")
+    return _render(render, [_message(i, m) for i, m in enumerate(request.messages)], request.tools,
+                   _template(request, policy))
 
 
-def _render(render: Render, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-            ) -> tuple[int, ...]:
+def _template(request: ChatTemplateFields, policy: RequestPolicy) -> TemplateArgs:
+    if request.continue_final_message and request.add_generation_prompt:
+        raise BadRequest("continue_final_message=true needs add_generation_prompt=false (its default is "
+                         "true): cannot set both to true, as vLLM says", "continue_final_message")
+    kwargs = request.chat_template_kwargs or {}
+    own = request.chat_template is not None or "chat_template" in kwargs
+    if own and not policy.trust_request_chat_template:
+        raise BadRequest("a chat_template in the request needs the front's --trust-request-chat-template "
+                         "(as vLLM's server); without it the server's template renders every request",
+                         "chat_template")
+    reserved = sorted(RESERVED_KWARGS & set(kwargs))
+    if reserved:
+        where = f"chat_template_kwargs.{reserved[0]}"
+        raise BadRequest(f"{where} may not be set: it is a parameter of the templating itself (send the "
+                         "request field of that name, if there is one)", where)
+    return TemplateArgs(request.add_generation_prompt, request.continue_final_message, request.documents,
+                        request.chat_template, kwargs)
+
+
+def _render(render: Render, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+            template: TemplateArgs) -> tuple[int, ...]:
     try:
-        return tuple(render(messages, tools))
+        return tuple(render(messages, tools, template))
     except (TypeError, ValueError, KeyError) as exc:  # what the chat template cannot render
         raise BadRequest(f"cannot render the messages: {str(exc)[:500]}", "messages") from None
 
 
-def _response_format(value: Any) -> dict[str, Any] | None:
+def _response_format(value: ResponseFormat | None) -> dict[str, Any] | None:
     """OpenAI's response_format as a structured_outputs object (None: free text)."""
-    if value is None:
+    if value is None or value.type == "text":
         return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
+    if value.type == "json_object":
         return {"json_object": True}
-    if kind == "json_schema":
-        spec = value.get("json_schema")
-        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-            raise BadRequest("response_format.json_schema must be an object with a `schema` object",
-                             "response_format.json_schema")
-        return {"json": spec.get("schema", {})}
-    raise BadRequest(f"response_format.type must be text, json_object or json_schema, got {value!r}",
-                     "response_format")
+    if value.json_schema is None:
+        raise BadRequest("response_format.json_schema (an object with a `schema` object) is needed for "
+                         "type json_schema", "response_format.json_schema")
+    return {"json": value.json_schema.schema_}
 
 
-def completion_call(body: dict[str, Any]) -> GenerateCall:
-    _check_fields(body, _COMPLETION)
-    prompt = _prompt(body.get("prompt"))
-    logprobs = body.get("logprobs")
-    if logprobs is not None:
-        logprobs = _int(body, "logprobs", 0)
-    return _call(body, prompt, body.get("max_tokens", 16), "max_tokens", logprobs,
-                 echo=_bool(body, "echo", False))
+def completion_call(body: dict[str, Any], policy: RequestPolicy | None = None) -> GenerateCall:
+    policy = policy or RequestPolicy()
+    request = validated(CompletionRequest, body)
+    policy.fields.check(request, "/v1/completions")
+    _check_defaults(body)
+    max_tokens = request.max_tokens if request.max_tokens is not None else 16
+    return _call(request, policy, _prompt(request.prompt), max_tokens, "max_tokens", request.logprobs,
+                 echo=bool(request.echo), constraint=_response_format(request.response_format))
 
 
-def _prompt(prompt: Any) -> str | tuple[int, ...]:
+def _prompt(prompt: str | list[int] | list[str] | list[list[int]] | None) -> str | tuple[int, ...]:
     """A completion's one prompt: text, token ids, or a list holding one of them."""
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
+        prompt = prompt[0]  # the one prompt of a list
     if isinstance(prompt, str):
         return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                   for t in prompt):
-        beyond = next((t for t in prompt if not -(2**31) <= t < 2**31), None)
+    if prompt and all(isinstance(t, int) for t in prompt):
+        ids: list[int] = prompt  # type: ignore[assignment]
+        beyond = next((t for t in ids if not -(2**31) <= t < 2**31), None)
         if beyond is not None:  # input_ids are INT32; which ids the vocabulary holds, tt_llm says
             raise BadRequest(f"prompt holds the token id {_short_int(beyond)}, beyond any token id (INT32)",
                              "prompt")
-        return tuple(prompt)
-    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str | list) for p in prompt):
+        return tuple(ids)
+    if prompt and len(prompt) > 1:
         raise BadRequest(f"prompt holds {len(prompt)} prompts; send one prompt per request", "prompt")
     raise BadRequest(f"prompt must be a string or a non-empty list of token ids, got {str(prompt)[:80]!r}",
                      "prompt")
 
 
-def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, max_name: str,
-          logprobs: int | None, echo: bool, logprobs_name: str = "logprobs") -> GenerateCall:
+def _structured(request: GenerateRequest, constraint: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The one structured_outputs object: from response_format (or a forced tool call), vLLM's
+    guided_* fields, or structured_outputs itself; two of them are a 400."""
+    guided = {"json": request.guided_json, "regex": request.guided_regex, "choice": request.guided_choice,
+              "grammar": request.guided_grammar}
+    given: list[tuple[str, dict[str, Any]]] = [
+        (name, value) for name, value in (("response_format", constraint),
+                                          ("structured_outputs", request.structured_outputs))
+        if value is not None]
+    given += [(f"guided_{kind}", {kind: value}) for kind, value in guided.items() if value is not None]
+    if len(given) > 1:
+        first = "response_format (or a forced tool call)" if given[0][0] == "response_format" else given[0][0]
+        raise BadRequest(f"give {first} or {given[1][0]}, not both", given[1][0])
+    return given[0][1] if given else None
+
+
+def _call(request: GenerateRequest, policy: RequestPolicy, prompt: str | tuple[int, ...],
+          max_tokens: int | None, max_name: str, logprobs: int | None, echo: bool,
+          constraint: dict[str, Any] | None,
+          logprobs_name: str = "logprobs") -> GenerateCall:
     for name, reason in _REFUSED.items():
-        if body.get(name) is not None:
+        if getattr(request, name, None) is not None:
             raise BadRequest(f"{name}: {reason}", name)
-    if body.get("n", 1) != 1:
-        raise BadRequest(f"n must be 1 (one choice per request), got {body.get('n')!r}", "n")
-    stream = _bool(body, "stream", False)
-    options = body.get("stream_options")
-    if options is not None and (not isinstance(options, dict) or not stream):
-        raise BadRequest("stream_options must be an object and needs stream=true", "stream_options")
-    sampling: dict[str, Any] = {name: body[name] for name in _SAME if body.get(name) is not None}
+    if request.n > policy.max_n:
+        raise BadRequest(f"n must be at most {policy.max_n} (the front's --max-n), got {request.n}", "n")
+    if request.best_of is not None and request.best_of != request.n:
+        raise BadRequest(f"best_of must equal n ({request.n}), got {request.best_of}: choosing the n best of "
+                         "more sequences is not supported (nor by vLLM's V1 engine)", "best_of")
+    options = request.stream_options
+    if options is not None and not request.stream:
+        raise BadRequest("stream_options needs stream=true", "stream_options")
+    sampling: dict[str, Any] = {name: getattr(request, name) for name in _SAME
+                                if getattr(request, name) is not None}
+    if request.seed is not None:
+        sampling["seed"] = request.seed % _SEEDS
+    if (structured := _structured(request, constraint)) is not None:
+        sampling["structured_outputs"] = structured
     if max_tokens is not None:
         sampling["max_tokens"] = max_tokens
     if logprobs is not None:
@@ -180,75 +248,38 @@ def _call(body: dict[str, Any], prompt: str | tuple[int, ...], max_tokens: Any, 
     except (ValueError, TypeError, OverflowError) as exc:  # OverflowError: float() of a 400-digit int
         message = str(exc)
         named = [n for n in sampling if n in message]
-        field = min(named, key=message.index) if named else None
-        if field == "max_tokens":
-            field, message = max_name, message.replace("max_tokens", max_name)
-        elif field == "logprobs":  # the number of alternatives: chat calls it top_logprobs
-            field, message = logprobs_name, message.replace("logprobs", logprobs_name, 1)
-        raise BadRequest(message, field) from None
-    return GenerateCall(prompt, sampling, stream, bool(options and options.get("include_usage")), logprobs,
-                        echo)
+        param = min(named, key=message.index) if named else None
+        if param == "max_tokens":
+            param, message = max_name, message.replace("max_tokens", max_name)
+        elif param == "logprobs":  # the number of alternatives: chat calls it top_logprobs
+            param, message = logprobs_name, message.replace("logprobs", logprobs_name, 1)
+        raise BadRequest(message, param) from None
+    usage = options is not None and options.include_usage is not False
+    return GenerateCall(prompt, sampling, bool(request.stream), usage, logprobs, echo, n=request.n,
+                        continuous_usage=usage and bool(options and options.continuous_usage_stats))
 
 
-def _check_fields(body: dict[str, Any], route_fields: tuple[str, ...]) -> None:
-    """Refuse a field this route does not know (OpenAI does; a misspelt option would else be
-    ignored without a word)."""
+def _check_defaults(body: dict[str, Any]) -> None:
     for name, default in _DEFAULT_ONLY.items():
         if name in body and body[name] is not default:
             raise BadRequest(f"{name}={json.dumps(body[name])} is not supported (only its default, "
                              f"{json.dumps(default)})", name)
-    known = {*_COMMON, *route_fields, *_SAME, *_IGNORED, *_REFUSED, *_DEFAULT_ONLY}
-    unknown = sorted(set(body) - known)
-    if unknown:
-        raise BadRequest(f"unknown field {unknown[0]!r}" + (f" (and {unknown[1:]})" if unknown[1:] else "")
-                         + f"; this route takes {', '.join(sorted(known))}", unknown[0])
 
 
-def _message(index: int, message: Any) -> dict[str, Any]:
-    where = f"messages[{index}]"
-    if not isinstance(message, dict):
-        raise BadRequest(f"{where} must be an object with role and content", where)
-    role = message.get("role")
-    if role not in ("system", "user", "assistant", "tool", "developer"):
-        raise BadRequest(f"{where}.role must be system, user, assistant, tool or developer, got {role!r}",
-                         f"{where}.role")
-    content = message.get("content")
-    extra = {k: message[k] for k in ("tool_calls", "tool_call_id", "name") if message.get(k) is not None}
-    if content is None and (role == "assistant" and "tool_calls" in extra):
+def _message(index: int, message: Message) -> dict[str, Any]:
+    content = message.content
+    extra = {k: getattr(message, k) for k in ("tool_calls", "tool_call_id", "name")
+             if getattr(message, k) is not None}
+    if content is None:
+        if not (message.role == "assistant" and message.tool_calls is not None):
+            where = f"messages[{index}].content"
+            raise BadRequest(f"{where} must be a string or a list of text parts (only an assistant turn "
+                             "that calls tools may have none)", where)
         content = ""  # an assistant turn that only called tools
     if isinstance(content, list):  # text parts
-        texts = []
-        for k, part in enumerate(content):
-            if not (isinstance(part, dict) and part.get("type") == "text"
-                    and isinstance(part.get("text"), str)):
-                raise BadRequest(f"{where}.content[{k}] must be a text part "
-                                 '({"type": "text", "text": ...})', f"{where}.content")
-            texts.append(part["text"])
-        content = "".join(texts)
-    if not isinstance(content, str):
-        raise BadRequest(f"{where}.content must be a string or a list of text parts", f"{where}.content")
-    return {"role": "system" if role == "developer" else role, "content": content, **extra}
+        content = "".join(part.text for part in content)
+    return {"role": "system" if message.role == "developer" else message.role, "content": content, **extra}
 
 
 def _short_int(value: int) -> str:
     return str(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
-
-
-def _bool(body: dict[str, Any], name: str, default: bool) -> bool:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise BadRequest(f"{name} must be a boolean, got {value!r}", name)
-    return value
-
-
-def _int(body: dict[str, Any], name: str, default: int) -> int:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{name} must be an integer, got {value!r:.80}", name)
-    if value.bit_length() > 64:
-        raise BadRequest(f"{name} must be an integer within 64 bits, got {_short_int(value)}", name)
-    return value

@@ -28,16 +28,26 @@ class Choice:
     """One generation's accumulating state: text, counts, finish reason, logprobs."""
 
     chat: bool
+    index: int = 0
+    """Its place among the request's n choices."""
     text: list[str] = field(default_factory=list)
     num_prompt_tokens: int = 0
     num_completion_tokens: int = 0
     finish_reason: str | None = None
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    """The reasoning parser's part of the text (`reasoning_content`)."""
 
     def usage(self) -> dict[str, int]:
         return {"prompt_tokens": self.num_prompt_tokens, "completion_tokens": self.num_completion_tokens,
                 "total_tokens": self.num_prompt_tokens + self.num_completion_tokens}
+
+
+def usage(choices: Sequence[Choice]) -> dict[str, int]:
+    """A request's usage: its prompt once (every choice has the same one), every choice's tokens."""
+    prompt, completion = choices[0].num_prompt_tokens, sum(c.num_completion_tokens for c in choices)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 class Envelope:
@@ -52,38 +62,47 @@ class Envelope:
     def _head(self, obj: str) -> dict[str, Any]:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def completion(self, choice: Choice, prefix: str = "") -> dict[str, Any]:
+    def completion(self, choices: Sequence[Choice], prefix: str = "") -> dict[str, Any]:
+        return {**self._head("chat.completion" if self.chat else "text_completion"),
+                "choices": [self._choice(c, prefix) for c in choices], "usage": usage(choices)}
+
+    def _choice(self, choice: Choice, prefix: str) -> dict[str, Any]:
         text = prefix + "".join(choice.text)
-        body: dict[str, Any] = {"index": 0, "finish_reason": choice.finish_reason}
+        body: dict[str, Any] = {"index": choice.index, "finish_reason": choice.finish_reason}
         if self.chat:
             body["message"] = {"role": "assistant", "content": text}
             if choice.tool_calls:
                 body["message"] = {"role": "assistant", "content": text or None,
                                    "tool_calls": choice.tool_calls}
+            if reasoning := "".join(choice.reasoning):  # as vLLM's reasoning parsers answer
+                body["message"] = {**body["message"], "content": text or None, "reasoning_content": reasoning}
             body["logprobs"] = {"content": choice.logprobs} if choice.logprobs else None
         else:
             body["text"] = text
             body["logprobs"] = _completion_logprobs(choice.logprobs) if choice.logprobs else None
-        return {**self._head("chat.completion" if self.chat else "text_completion"), "choices": [body],
-                "usage": choice.usage()}
+        return body
 
     def chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[dict[str, Any]] = (),
-              first: bool = False, tool_calls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
-        body: dict[str, Any] = {"index": 0, "finish_reason": finish_reason}
+              first: bool = False, tool_calls: Sequence[dict[str, Any]] = (), index: int = 0,
+              reasoning: str = "") -> dict[str, Any]:
+        """`tool_calls`: tool-call deltas, each with its call's index."""
+        body: dict[str, Any] = {"index": index, "finish_reason": finish_reason}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
             body["delta"] = delta if (text or first) else {}
+            if reasoning:
+                body["delta"]["reasoning_content"] = reasoning
             if tool_calls:
-                body["delta"] = {"tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)]}
+                body["delta"]["tool_calls"] = list(tool_calls)
             body["logprobs"] = {"content": list(logprobs)} if logprobs else None
         else:
             body["text"] = text
             body["logprobs"] = _completion_logprobs(list(logprobs)) if logprobs else None
         return {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [body]}
 
-    def usage_chunk(self, choice: Choice) -> dict[str, Any]:
+    def usage_chunk(self, choices: Sequence[Choice]) -> dict[str, Any]:
         return {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [],
-                "usage": choice.usage()}
+                "usage": usage(choices)}
 
 
 def chat_logprobs(positions: Sequence[dict[str, Any]], top: int) -> list[dict[str, Any]]:

@@ -2,9 +2,8 @@
 the output read back as OpenAI `tool_calls`.
 
 - `none` (or no tools): plain text.
-- `auto`: the model decides; its output is read in the Hermes/Qwen format, each call a JSON
-  object `{"name": ..., "arguments": {...}}` between `<tool_call>` and `</tool_call>`, the text
-  before the first call being the message content. Text streams until a call may begin.
+- `auto`: the model decides; its output is read in the format of the front's --tool-call-parser
+  (tool_parsers/), the text before the first call being the message content.
 - `required`: the output is constrained to a JSON array of one or more calls, each an object with
   a tool's `name` and `parameters` valid for that tool's schema (vLLM's schema for `required`).
 - a named function: the output is constrained to that function's parameter schema, and is its
@@ -12,20 +11,19 @@ the output read back as OpenAI `tool_calls`.
 
 A chat template that takes no `tools` (SmolLM2's, for one) would drop them, and the model would
 never see what it may call: then the tools go into the system message, with the call format
-above (`with_tools_in_system`).
+the parser reads (`with_tools_in_system`).
+
+The output side (calls read back, streamed as deltas) is tool_parsers/ and output.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from tt_backend.openai_front.errors import BadRequest
-
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
 @dataclass(frozen=True)
@@ -109,73 +107,18 @@ def _is_function(value: Any) -> bool:
             and isinstance(value.get("function"), dict))
 
 
-def call(name: str, arguments: Any) -> dict[str, Any]:
-    """One OpenAI tool call (arguments as JSON text)."""
-    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": name, "arguments": text}}
+HERMES_INSTRUCTION = ('To call a tool, reply with <tool_call>{"name": <tool name>, "arguments": <arguments '
+                      'as JSON>}</tool_call>, one such block per call.')
+"""How to call in the Hermes format (the tool parsers' `Hermes.instruction`: auto's choice for a
+template that takes no tools)."""
 
 
-class ToolCallReader:
-    """Reads one output as it streams: `feed` returns the content that may be sent now; `finish`
-    returns the rest of the content and the calls. In the constrained modes nothing is content."""
-
-    def __init__(self, tools: Tools) -> None:
-        self.tools = tools
-        self._held: list[str] = []
-        self._in_call = tools.mode != "auto"
-
-    def feed(self, text: str) -> str:
-        if self._in_call:
-            self._held.append(text)
-            return ""
-        pending = "".join(self._held) + text
-        start = pending.find(OPEN)
-        if start >= 0:
-            self._in_call = True
-            self._held = [pending[start:]]
-            return pending[:start]
-        keep = _partial_marker(pending)  # a suffix that may begin <tool_call>
-        self._held = [pending[len(pending) - keep:]] if keep else []
-        return pending[:len(pending) - keep]
-
-    def finish(self) -> tuple[str, list[dict[str, Any]]]:
-        held = "".join(self._held)
-        if self.tools.mode == "named":
-            return "", [call(self.tools.name or "", held)]
-        if self.tools.mode == "required":
-            try:
-                calls = json.loads(held)
-                return "", [call(c["name"], c["parameters"]) for c in calls]
-            except (json.JSONDecodeError, KeyError, TypeError):  # cut short (max_tokens): no calls
-                return held, []
-        if not held.startswith(OPEN):
-            return held, []
-        calls = []
-        for body in re.findall(r"<tool_call>(.*?)(?:</tool_call>|$)", held, flags=re.DOTALL):
-            try:
-                parsed = json.loads(body.strip())
-                calls.append(call(parsed["name"], parsed.get("arguments", parsed.get("parameters", {}))))
-            except (json.JSONDecodeError, KeyError, TypeError):
-                return held, []  # not a well-formed call: the text is content
-        return "", calls
-
-
-def _partial_marker(text: str) -> int:
-    """The length of the longest suffix of `text` that is a proper prefix of `<tool_call>`."""
-    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if OPEN.startswith(text[-n:]):
-            return n
-    return 0
-
-
-_TOOLS_PROMPT = ("You may call these tools. To call one, reply with <tool_call>{\"name\": <tool name>, "
-                 "\"arguments\": <arguments as JSON>}</tool_call>.\n<tools>\n")
-
-
-def with_tools_in_system(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The messages with the tools described in the system message (the first one, or a new one)."""
-    described = _TOOLS_PROMPT + "\n".join(json.dumps(t["function"]) for t in tools) + "\n</tools>"
+def with_tools_in_system(messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                         instruction: str = HERMES_INSTRUCTION) -> list[dict[str, Any]]:
+    """The messages with the tools described in the system message (the first one, or a new one),
+    and `instruction`: how to call them in the format the front reads (--tool-call-parser)."""
+    described = (f"You may call these tools. {instruction}\n<tools>\n"
+                 + "\n".join(json.dumps(t["function"]) for t in tools) + "\n</tools>")
     if messages and messages[0].get("role") == "system":
         first = messages[0]
         return [{**first, "content": f"{first['content']}\n\n{described}"}, *messages[1:]]

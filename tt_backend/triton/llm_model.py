@@ -29,12 +29,12 @@ from tt_backend.contract.errors import ErrorKind, kind_of
 from tt_backend.contract.modes import FinishReason
 from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
-from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
+from tt_backend.models.checkpoint import served_model_name
 from tt_backend.text.tokenizer import check_prompt_bytes, max_token_bytes
 from tt_backend.triton.errors import triton_error
 from tt_backend.triton.metrics import EngineMetrics
 from tt_backend.triton.model_instance import instance_position
-from tt_backend.triton.model_params import model_parameters, setup_logging
+from tt_backend.triton.model_params import model_parameters, setup_logging, vllm_engine_parameters
 from tt_backend.triton.request_inputs import parse_generate_request
 from tt_backend.triton.response_builder import ResponseBuilder, Tensors
 
@@ -84,7 +84,7 @@ class TritonPythonModel:
         model_config = json.loads(args["model_config"])
         if not pb_utils.using_decoupled_model_transaction_policy(model_config):
             raise ValueError("tt_llm must be configured with model_transaction_policy { decoupled: true }")
-        config = EngineConfig.from_parameters(model_parameters(model_config))
+        config = EngineConfig.from_parameters(vllm_engine_parameters(args, model_parameters(model_config)))
         # Before anything asks ttnn for a device: on device=tt each instance opens its own chips
         instance = instance_position(args.get("model_instance_name", ""), model_config)
         config = place_instance(config, instance.index, instance.count)
@@ -95,7 +95,10 @@ class TritonPythonModel:
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._live: dict[str, _Live] = {}  # response thread only
         resolved = self.engine.config
-        self.metrics = EngineMetrics(args["model_name"], served_model_name(resolve_model_dir(config.model)),
+        name = served_model_name(config.model, config.served_model_name)
+        logger.info("serving %s as %r (the OpenAI front's `model`, the metrics' model_name)",
+                    config.model or "the default model", name)
+        self.metrics = EngineMetrics(args["model_name"], name,
                                      resolved.data_parallel_size, self.engine.cache_info,
                                      self.engine.max_model_len, resolved.max_num_batched_tokens,
                                      first_lane=instance.index * resolved.data_parallel_size)

@@ -22,7 +22,7 @@ from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.text.detokenizer import delta_text
 from tt_backend.text.tokenizer import check_prompt_bytes, encode_chat, load_tokenizer, max_token_bytes
 from tt_backend.triton.errors import exception_response
-from tt_backend.triton.model_params import model_parameters, setup_logging
+from tt_backend.triton.model_params import model_parameters, setup_logging, tokenizer_model_option
 from tt_backend.triton.request_inputs import single_text
 from tt_backend.triton.response_builder import string_tensor
 
@@ -33,7 +33,7 @@ def _load(args: dict[str, str], known: set[str]) -> tuple[Any, dict[str, str], P
     unknown = sorted(set(params) - known)
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown}; this model takes {sorted(known)}")
-    model_dir = resolve_model_dir(params.get("model", ""))
+    model_dir = resolve_model_dir(tokenizer_model_option(args, params))
     return load_tokenizer(model_dir), params, model_dir
 
 
