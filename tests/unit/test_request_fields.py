@@ -19,8 +19,8 @@ from tt_backend.openai_front.app import create_app
 from tt_backend.openai_front.chat_template import TemplateArgs, load_chat_template
 from tt_backend.openai_front.errors import BadRequest
 from tt_backend.openai_front.requests import GenerateCall, RequestPolicy, chat_call, completion_call
-from tt_backend.openai_front.schemas import UnknownFields
 from tt_backend.openai_front.triton_stream import Delta
+from tt_backend.openai_front.unknown_fields import UnknownFields
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 rendered: list[TemplateArgs] = []
@@ -42,6 +42,32 @@ def test_unknown_fields_are_logged_once_per_name_and_ignored() -> None:
     assert logged == ["ignored the unknown request field 'temprature' (on /v1/chat/completions; logged once "
                       "per name)", "ignored the unknown request field 'x_trace' (on /v1/chat/completions; "
                       "logged once per name)"]
+
+
+def test_nested_unknown_fields_are_logged_once_per_path_and_ignored() -> None:
+    logged: list[str] = []
+    policy = RequestPolicy(UnknownFields(log=logged.append))
+    turns = [{"role": "user", "content": "a", "x_meta": 1},
+             {"role": "assistant", "content": "b", "refusal": None},
+             {"role": "user", "content": [{"type": "text", "text": "c", "cache_control": {}}], "x_meta": 2}]
+    for _ in range(2):
+        chat_call({"messages": turns, "stream": True, "stream_options": {"include_usage": True, "x_o": 1},
+                   "response_format": {"type": "json_schema", "json_schema": {"schema": {}, "x_s": 1}},
+                   "tools": [{"type": "function", "function": {"name": "f", "x_f": 1}}]}, render, policy)
+    completion_call({"prompt": "hi", "stream": True, "stream_options": {"x_o": 2}}, policy)
+    assert [line.split("'")[1] for line in logged] == [  # in the models' field order, each once
+        "messages[*].x_meta", "messages[*].refusal", "messages[*].content[*].cache_control",
+        "tools[*].function.x_f", "stream_options.x_o", "response_format.json_schema.x_s"]
+    assert logged[4] == ("ignored the unknown request field 'stream_options.x_o' (on /v1/chat/completions; "
+                         "logged once per name)")
+    strict = RequestPolicy(UnknownFields(strict=True))
+    with pytest.raises(BadRequest) as info:
+        chat_call({"messages": turns[1:]}, render, strict)
+    assert info.value.param == "messages[0].refusal"
+    assert str(info.value) == (
+        "unknown field 'messages[0].refusal' (and ['messages[1].x_meta', "
+        "'messages[1].content[0].cache_control']); messages[0] takes content, name, role, tool_call_id, "
+        "tool_calls (the front runs with --strict-fields)")
 
 
 def test_strict_fields_refuse_an_unknown_field_naming_it() -> None:

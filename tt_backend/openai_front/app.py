@@ -24,7 +24,8 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from tt_backend.openai_front import schemas
+from tt_backend.openai_front import openapi
+from tt_backend.openai_front import response_schemas as out
 from tt_backend.openai_front.access import ApiKeyCheck, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.body import BodyLimits, parse, read_body
 from tt_backend.openai_front.chat_template import Render
@@ -41,7 +42,9 @@ from tt_backend.openai_front.requests import (
     completion_call,
 )
 from tt_backend.openai_front.responses import Envelope, error_body
+from tt_backend.openai_front.schemas import ChatCompletionRequest, ChatTemplateFields, CompletionRequest
 from tt_backend.openai_front.triton_stream import TritonError, stream
+from tt_backend.openai_front.unknown_fields import UnknownFields
 
 T = TypeVar("T")
 
@@ -123,10 +126,10 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         await scrapers["triton"].aclose()
         pools["tokenizer"].shutdown(wait=False, cancel_futures=True)
 
-    policy = RequestPolicy(schemas.UnknownFields(config.strict_fields), config.trust_request_chat_template,
+    policy = RequestPolicy(UnknownFields(config.strict_fields), config.trust_request_chat_template,
                            config.max_n)
     app = FastAPI(title="tt_backend OpenAI front", lifespan=lifespan)
-    schemas.describe_bodies(app)
+    openapi.describe(app)
     # The last added runs first: the Host check, then CORS (so a 401 carries CORS headers a page can
     # read, and a preflight is answered before the key check), then the key check.
     if config.api_key is not None:
@@ -172,11 +175,12 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
     card = {"id": config.served_model, "object": "model", "created": 0, "owned_by": "tt_backend",
             "root": config.served_model, "parent": None, "max_model_len": config.max_model_len}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", response_model=None, responses=openapi.answers(out.ModelList, errors=(401,)))
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [card]}
 
-    @app.get("/v1/models/{model_id:path}")  # `path`: an HF id (org/name) holds a slash
+    @app.get("/v1/models/{model_id:path}",  # `path`: an HF id (org/name) holds a slash
+             responses=openapi.answers(out.ModelCard, errors=(401, 404)))
     async def model(model_id: str) -> Response:
         if model_id != config.served_model:
             return _error(f"the model {model_id[:200]!r} does not exist; this server serves "
@@ -204,7 +208,7 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         # choices, sent then, reference them instead of computing them again.
         streams = [stream(clients["triton"], config.triton_model,
                           dataclasses.replace(call, sampling=call.sampling_for(i))) for i in range(call.n)]
-        envelope = Envelope(config.served_model, chat)
+        envelope = Envelope(config.served_model, chat, call.request_id)
         streaming = False
         try:  # a refusal before the first delta is still an HTTP error, not a stream event
             firsts = [await _unless_disconnected(request, anext(streams[0], None))]
@@ -236,9 +240,12 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
     def echo_text(call: GenerateCall) -> str:
         if not call.echo:
             return ""
+        if call.echoed is not None:
+            return call.echoed
         return call.prompt if isinstance(call.prompt, str) else decode(call.prompt)
 
-    @app.post("/tokenize", openapi_extra=schemas.openapi_body(schemas.ChatTemplateFields))
+    @app.post("/tokenize", openapi_extra=openapi.openapi_body(ChatTemplateFields),
+              responses=openapi.answers(out.TokenizeResponse, errors=(400, 401, 404, 408, 413, 415)))
     async def tokenize(request: Request) -> Response:
         """vLLM's /tokenize: the ids a chat (`messages`) or completion (`prompt`) request would
         send. vLLM's router asks for them to route on token prefixes."""
@@ -255,11 +262,13 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         return JSONResponse({"count": len(ids), "max_model_len": config.max_model_len, "tokens": ids,
                              "token_strs": None})
 
-    @app.post("/v1/chat/completions", openapi_extra=schemas.openapi_body(schemas.ChatCompletionRequest))
+    @app.post("/v1/chat/completions", openapi_extra=openapi.openapi_body(ChatCompletionRequest),
+              responses=openapi.answers(out.ChatCompletionResponse, out.ChatCompletionStreamResponse))
     async def chat_completions(request: Request) -> Response:
         return await generate(request, chat=True)
 
-    @app.post("/v1/completions", openapi_extra=schemas.openapi_body(schemas.CompletionRequest))
+    @app.post("/v1/completions", openapi_extra=openapi.openapi_body(CompletionRequest),
+              responses=openapi.answers(out.CompletionResponse, out.CompletionStreamResponse))
     async def completions(request: Request) -> Response:
         return await generate(request, chat=False)
 

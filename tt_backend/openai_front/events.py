@@ -88,6 +88,7 @@ async def _chunks(envelope: Envelope, call: GenerateCall, prefix: str, choice: C
     certain (reasoning, content, tool-call deltas), and one that holds nothing is left out."""
     reader = reading.reader() if reading is not None else None
     index = choice.index
+    offset = len(prefix)  # of the next token in the choice's text (a completion's text_offset)
     delta: Delta | None = first
     while delta is not None:
         piece, entries = _take(choice, delta, call, reader)
@@ -97,7 +98,9 @@ async def _chunks(envelope: Envelope, call: GenerateCall, prefix: str, choice: C
         text = prefix + piece.content
         if reader is None or text or piece.reasoning or piece.tool_calls or entries or delta is first or last:
             yield envelope.chunk(text, choice.finish_reason if last else None, entries, first=delta is first,
-                                 tool_calls=piece.tool_calls, index=index, reasoning=piece.reasoning)
+                                 tool_calls=piece.tool_calls, index=index, reasoning=piece.reasoning,
+                                 text_offset=offset)
+            offset += sum(len(entry["token"]) for entry in entries)
         prefix = ""
         delta = await anext(deltas, None)
 

@@ -25,21 +25,18 @@ from tt_backend.openai_front.schemas import (
     GenerateRequest,
     Message,
     ResponseFormat,
-    UnknownFields,
+    only_values,
     validated,
 )
-from tt_backend.openai_front.tool_calls import Tools, parse_tools
+from tt_backend.openai_front.tool_calls import Tools, parse_tools, tool_dicts
+from tt_backend.openai_front.unknown_fields import UnknownFields
 from tt_backend.sampling.params import SamplingParams
 
 # OpenAI names with the same meaning in SamplingParams, and vLLM's extra sampling names.
 _SAME = ("temperature", "top_p", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
          "top_k", "min_p", "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids",
-         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids")
-# vLLM's router (vllm-router) re-serializes every request with these at their defaults (SGLang's
-# and vLLM's extensions): accepted at exactly that value, refused at any other, naming the field.
-_DEFAULT_ONLY: dict[str, bool] = {
-    "no_stop_trim": False, "return_hidden_states": False,
-    "separate_reasoning": True, "stream_reasoning": True, "include_reasoning": True}
+         "skip_special_tokens", "include_stop_str_in_output", "bad_words", "allowed_token_ids",
+         "logits_processors")
 _REFUSED = {
     "suffix": "suffix (insertion) is not supported",
     "functions": "functions is OpenAI's retired name; send tools",
@@ -77,6 +74,11 @@ class GenerateCall:
     logprobs: int | None
     """Top alternatives per token (0: the sampled token's only); None: no logprobs."""
     echo: bool = False
+    echoed: str | None = None
+    """What an echo puts ahead of the output when the call already knows it (chat: the last
+    message); None: the prompt (a completion's, as text once tt_llm took it)."""
+    request_id: str | None = None
+    """The client's id for the response (vLLM's `request_id`)."""
     tools: Tools | None = None
     """Tool calls the output may (auto) or must (required, named) hold."""
     n: int = 1
@@ -98,7 +100,7 @@ def chat_call(body: dict[str, Any], render: Render, policy: RequestPolicy | None
     policy = policy or RequestPolicy()
     request = validated(ChatCompletionRequest, body)
     policy.fields.check(request, "/v1/chat/completions")
-    _check_defaults(body)
+    check_defaults(request)
     logprobs = None
     if request.logprobs:
         logprobs = request.top_logprobs or 0
@@ -109,19 +111,22 @@ def chat_call(body: dict[str, Any], render: Render, policy: RequestPolicy | None
         raise BadRequest(f"max_completion_tokens ({both[0]!r}) and max_tokens ({both[1]!r}) disagree; "
                          "send max_completion_tokens alone (max_tokens is its older name)", "max_tokens")
     max_tokens = both[0] if both[0] is not None else both[1]
-    tools = parse_tools(body)
+    tools = parse_tools(request)
     constraint = _response_format(request.response_format)
     if tools is not None and tools.constraint is not None:
         if constraint is not None:
-            raise BadRequest(f"tool_choice {body.get('tool_choice')!r} constrains the output; "
+            raise BadRequest(f"tool_choice {tools.mode} constrains the output; "
                              "send response_format or a forced tool call, not both", "response_format")
         constraint = tools.constraint
-    prompt = _render(render, [_message(i, m) for i, m in enumerate(request.messages)],
-                     body["tools"] if tools is not None else None, _template(request, policy))
+    messages = [_message(i, m) for i, m in enumerate(request.messages)]
+    prompt = _render(render, messages, tool_dicts(request.tools) if tools is not None else None,
+                     _template(request, policy))
     call = _call(request, policy, prompt, max_tokens, "max_completion_tokens"
-                 if request.max_completion_tokens is not None else "max_tokens", logprobs, echo=False,
+                 if request.max_completion_tokens is not None else "max_tokens", logprobs, echo=request.echo,
                  constraint=constraint, logprobs_name="top_logprobs")
-    return dataclasses.replace(call, tools=tools)
+    # vLLM's chat echo: the answer continues the last message when it is the answered role's.
+    echoed = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+    return dataclasses.replace(call, tools=tools, echoed=echoed if request.echo else None)
 
 
 def chat_prompt(body: dict[str, Any], render: Render, policy: RequestPolicy | None = None) -> tuple[int, ...]:
@@ -130,11 +135,11 @@ def chat_prompt(body: dict[str, Any], render: Render, policy: RequestPolicy | No
     policy = policy or RequestPolicy()
     request = validated(ChatTemplateFields, body)
     policy.fields.check(request, "/tokenize")
-    return _render(render, [_message(i, m) for i, m in enumerate(request.messages)], request.tools,
-                   _template(request, policy))
+    return _render(render, [_message(i, m) for i, m in enumerate(request.messages)],
+                   tool_dicts(request.tools), _template(request, policy))
 
 
-def _template(request: ChatTemplateFields, policy: RequestPolicy) -> TemplateArgs:
+def _template(request: ChatTemplateFields | ChatCompletionRequest, policy: RequestPolicy) -> TemplateArgs:
     if request.continue_final_message and request.add_generation_prompt:
         raise BadRequest("continue_final_message=true needs add_generation_prompt=false (its default is "
                          "true): cannot set both to true, as vLLM says", "continue_final_message")
@@ -149,6 +154,8 @@ def _template(request: ChatTemplateFields, policy: RequestPolicy) -> TemplateArg
         where = f"chat_template_kwargs.{reserved[0]}"
         raise BadRequest(f"{where} may not be set: it is a parameter of the templating itself (send the "
                          "request field of that name, if there is one)", where)
+    if (effort := getattr(request, "reasoning_effort", None)) is not None:  # a variable, as vLLM has it
+        kwargs = {**kwargs, "reasoning_effort": effort}
     return TemplateArgs(request.add_generation_prompt, request.continue_final_message, request.documents,
                         request.chat_template, kwargs)
 
@@ -177,7 +184,7 @@ def completion_call(body: dict[str, Any], policy: RequestPolicy | None = None) -
     policy = policy or RequestPolicy()
     request = validated(CompletionRequest, body)
     policy.fields.check(request, "/v1/completions")
-    _check_defaults(body)
+    check_defaults(request)
     max_tokens = request.max_tokens if request.max_tokens is not None else 16
     return _call(request, policy, _prompt(request.prompt), max_tokens, "max_tokens", request.logprobs,
                  echo=bool(request.echo), constraint=_response_format(request.response_format))
@@ -256,14 +263,27 @@ def _call(request: GenerateRequest, policy: RequestPolicy, prompt: str | tuple[i
         raise BadRequest(message, param) from None
     usage = options is not None and options.include_usage is not False
     return GenerateCall(prompt, sampling, bool(request.stream), usage, logprobs, echo, n=request.n,
-                        continuous_usage=usage and bool(options and options.continuous_usage_stats))
+                        continuous_usage=usage and bool(options and options.continuous_usage_stats),
+                        request_id=request.request_id)
 
 
-def _check_defaults(body: dict[str, Any]) -> None:
-    for name, default in _DEFAULT_ONLY.items():
-        if name in body and body[name] is not default:
-            raise BadRequest(f"{name}={json.dumps(body[name])} is not supported (only its default, "
-                             f"{json.dumps(default)})", name)
+def check_defaults(request: GenerateRequest) -> None:
+    """The vLLM fields this server does not implement (schemas.py `only_default`) at the values that
+    mean vLLM's default; any other is a 400 naming the field and that default."""
+    for name in request.model_fields_set:
+        only = only_values(type(request), name)
+        if only is not None and not any(_same(getattr(request, name), a) for a in only[0]):
+            why = f": {only[1]}" if only[1] else ""
+            raise BadRequest(f"{name}={json.dumps(getattr(request, name))[:80]} is not supported (only its "
+                             f"default, {json.dumps(only[0][0])}){why}", name)
+
+
+def _same(value: Any, accepted: Any) -> bool:
+    """JSON equality: 1 is 1.0, but true is not 1 (as Python has it)."""
+    if isinstance(value, bool) or isinstance(accepted, bool) or value is None or accepted is None:
+        return value is accepted
+    return type(value) in (int, float) and type(accepted) in (int, float) and value == accepted \
+        or type(value) is type(accepted) and value == accepted
 
 
 def _message(index: int, message: Message) -> dict[str, Any]:

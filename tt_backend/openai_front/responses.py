@@ -1,7 +1,9 @@
-"""OpenAI response objects and stream chunks, as OpenAI sends them."""
+"""OpenAI response objects and stream chunks, as OpenAI sends them: plain dicts, the shapes of
+response_schemas.py (the tests check every one against those models)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -53,10 +55,11 @@ def usage(choices: Sequence[Choice]) -> dict[str, int]:
 class Envelope:
     """What every object of one response shares: id, created, model, object type."""
 
-    def __init__(self, model: str, chat: bool) -> None:
+    def __init__(self, model: str, chat: bool, request_id: str | None = None) -> None:
+        """`request_id`: the client's (vLLM's field), else a new one."""
         self.model = model
         self.chat = chat
-        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id or uuid.uuid4().hex}"
         self.created = int(time.time())
 
     def _head(self, obj: str) -> dict[str, Any]:
@@ -79,13 +82,14 @@ class Envelope:
             body["logprobs"] = {"content": choice.logprobs} if choice.logprobs else None
         else:
             body["text"] = text
-            body["logprobs"] = _completion_logprobs(choice.logprobs) if choice.logprobs else None
+            body["logprobs"] = _completion_logprobs(choice.logprobs, len(prefix)) if choice.logprobs else None
         return body
 
     def chunk(self, text: str, finish_reason: str | None, logprobs: Sequence[dict[str, Any]] = (),
               first: bool = False, tool_calls: Sequence[dict[str, Any]] = (), index: int = 0,
-              reasoning: str = "") -> dict[str, Any]:
-        """`tool_calls`: tool-call deltas, each with its call's index."""
+              reasoning: str = "", text_offset: int = 0) -> dict[str, Any]:
+        """`tool_calls`: tool-call deltas, each with its call's index; `text_offset`: where this
+        chunk's first token starts in the choice's text (a completion's logprobs say)."""
         body: dict[str, Any] = {"index": index, "finish_reason": finish_reason}
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
@@ -97,7 +101,7 @@ class Envelope:
             body["logprobs"] = {"content": list(logprobs)} if logprobs else None
         else:
             body["text"] = text
-            body["logprobs"] = _completion_logprobs(list(logprobs)) if logprobs else None
+            body["logprobs"] = _completion_logprobs(list(logprobs), text_offset) if logprobs else None
         return {**self._head("chat.completion.chunk" if self.chat else "text_completion"), "choices": [body]}
 
     def usage_chunk(self, choices: Sequence[Choice]) -> dict[str, Any]:
@@ -121,8 +125,10 @@ def _entry(entry: dict[str, Any]) -> dict[str, Any]:
     return {"token": token, "logprob": entry["logprob"], "bytes": list(token.encode("utf-8"))}
 
 
-def _completion_logprobs(content: list[dict[str, Any]]) -> dict[str, Any]:
-    """The legacy completions shape, from chat-shaped entries."""
+def _completion_logprobs(content: list[dict[str, Any]], start: int) -> dict[str, Any]:
+    """The legacy completions shape, from chat-shaped entries; `start`: the first token's offset in
+    the choice's text (after an echoed prompt), each next one after the tokens before it."""
+    offsets = list(itertools.accumulate((len(c["token"]) for c in content[:-1]), initial=start))
     return {"tokens": [c["token"] for c in content], "token_logprobs": [c["logprob"] for c in content],
             "top_logprobs": [{t["token"]: t["logprob"] for t in c["top_logprobs"]} for c in content],
-            "text_offset": []}
+            "text_offset": offsets if content else []}

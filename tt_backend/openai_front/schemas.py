@@ -1,35 +1,39 @@
 """The OpenAI request bodies as pydantic models, with vLLM's field names, defaults and extras.
 
-`/openapi.json` describes them (`openapi_body`), and a body that does not fit is a 400 naming the
-field's path (`messages[0].role`) and the value (`validated`). Types are strict (JSON's own: `"true"`
-is no boolean, `1.5` no integer); the values' ranges are checked by SamplingParams in requests.py,
-which words them. Fields the models do not declare are kept (`model_extra`) and, as vLLM does,
-logged once per name and ignored, or refused with `--strict-fields` (`UnknownFields`).
+`/openapi.json` describes them (openapi.py), and a body that does not fit is a 400 naming the
+field's path (`messages[0].role`, `tools[1].function.name`) and the value (`validated`). Types are
+strict (JSON's own: `"true"` is no boolean, `1.5` no integer); the values' ranges are checked by
+SamplingParams in requests.py, which words them. Fields the models do not declare, at the top or
+nested (`messages[0].x`), are kept (`model_extra`) and, as vLLM does, logged once per path and
+ignored, or refused with `--strict-fields` (unknown_fields.py). vLLM fields this server does not
+implement are declared `only_default`: accepted at vLLM's default, a 400 naming them otherwise.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import FastAPI
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    field_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from tt_backend.openai_front.errors import BadRequest
 
-_LOG = logging.getLogger(__name__)
 _INT64 = (-(2**63), 2**63 - 1)
 M = TypeVar("M", bound=BaseModel)
+ONLY = "x-only-values"
+"""The JSON schema key of an `only_default` field: the values it accepts (vLLM's default first)."""
+WHY = "x-only-why"
 
 
 def _one_error(what: str) -> WrapValidator:
@@ -41,6 +45,21 @@ def _one_error(what: str) -> WrapValidator:
         except ValidationError:
             raise PydanticCustomError("invalid_union", f"must be {what}") from None
     return WrapValidator(check)
+
+
+def only_default(*accepted: Any, why: str = "") -> Any:
+    """A vLLM field this server does not implement: `accepted` (vLLM's default first, then values
+    that mean the same) pass, any other is a 400 naming the field (requests.py `check_defaults`).
+    Typed Any, so even a value of the wrong type is answered by that message."""
+    return Field(accepted[0], description=f"Only its default{': ' + why if why else ''}",
+                 json_schema_extra={ONLY: list(accepted), WHY: why})
+
+
+def only_values(model: type[BaseModel], name: str) -> tuple[list[Any], str] | None:
+    """An `only_default` field's accepted values and why no other is; None for any other field."""
+    field = model.model_fields.get(name)  # None: a field no model declares
+    extra = field.json_schema_extra if field is not None else None
+    return (extra[ONLY], str(extra[WHY])) if isinstance(extra, dict) and ONLY in extra else None  # type: ignore[return-value]
 
 
 class OpenAIModel(BaseModel):
@@ -80,6 +99,37 @@ class Message(OpenAIModel):
     tool_call_id: str | None = None
 
 
+class FunctionDefinition(OpenAIModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$", description="1-64 letters, digits, _ or -")
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="A JSON schema of the arguments")
+    strict: bool | None = None
+
+
+class ToolParam(OpenAIModel):
+    """A tool the model may call (vLLM's ChatCompletionToolsParam; `type` defaults as there)."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class NamedFunction(OpenAIModel):
+    name: str
+
+
+class NamedToolChoice(OpenAIModel):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+_TAGS = {"tool_choice:mode": "mode", "tool_choice:named": "named"}
+"""The tags of tool_choice's members, which pydantic puts in an error's location (path drops them)."""
+ToolChoice = Annotated[
+    Annotated[Literal["none", "auto", "required"],
+              _one_error('none, auto, required or {"type": "function", "function": {"name": ...}}'),
+              Tag("tool_choice:mode")]
+    | Annotated[NamedToolChoice, Tag("tool_choice:named")],
+    Discriminator(lambda v: "tool_choice:named" if isinstance(v, dict | BaseModel) else "tool_choice:mode")]
 Stop = Annotated[str | list[str] | None, _one_error("a string or a list of strings")]
 
 
@@ -109,24 +159,42 @@ class GenerateRequest(OpenAIModel):
     include_stop_str_in_output: bool | None = None
     bad_words: list[str] | None = None
     allowed_token_ids: list[int] | None = None
+    logits_processors: list[str] | None = Field(None, description="Names registered with "
+                                                "tt_backend.sampling.processors")
     response_format: ResponseFormat | None = None
     structured_outputs: dict[str, Any] | None = None
     guided_json: dict[str, Any] | None = Field(None, description="vLLM's older name: structured_outputs.json")
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
-    # Accepted without effect: they describe the caller, or options of models this is not.
+    request_id: str | None = Field(None, description="The response's id is cmpl-/chatcmpl- and this (vLLM's)")
+    # Accepted without effect: they describe the caller (vLLM ignores them too).
     user: str | None = None
     metadata: dict[str, Any] | None = None
     store: bool | None = None
     service_tier: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
-    priority: int | None = None
-    request_id: str | None = None
-    # vLLM's router sends these at their defaults; requests.py refuses any other value, naming it.
-    no_stop_trim: Any = None
-    return_hidden_states: Any = None
+    session_id: str | None = None
+    # vLLM's, not implemented here: accepted at vLLM's default only. vLLM's router sends the
+    # first two (and the chat's reasoning switches) at their defaults on every request.
+    no_stop_trim: Any = only_default(False)
+    return_hidden_states: Any = only_default(False)
+    use_beam_search: Any = only_default(False, why="no beam search")
+    length_penalty: Any = only_default(1.0, why="beam search's")
+    prompt_logprobs: Any = only_default(None, why="logprobs are the generated tokens' only")
+    truncate_prompt_tokens: Any = only_default(None, why="truncate the prompt on the client")
+    spaces_between_special_tokens: Any = only_default(True)
+    return_tokens_as_token_ids: Any = only_default(None, False)
+    return_token_ids: Any = only_default(None, False)
+    priority: Any = only_default(0, None, why="no priority scheduling")
+    cache_salt: Any = only_default(None, why="the prefix cache is not salted per request")
+    kv_transfer_params: Any = only_default(None, why="no disaggregated serving")
+    vllm_xargs: Any = only_default(None)
+    mm_processor_kwargs: Any = only_default(None, why="text models only")
+    guided_decoding_backend: Any = only_default(None, why="one structured-output backend")
+    guided_whitespace_pattern: Any = only_default(None)
+    structural_tag: Any = only_default(None)
 
 
 class ChatTemplateFields(OpenAIModel):
@@ -134,7 +202,7 @@ class ChatTemplateFields(OpenAIModel):
 
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[ToolParam] | None = Field(None, min_length=1)
     add_generation_prompt: bool = True
     continue_final_message: bool = Field(False, description="Continue the last message (a prefill of the "
                                          "answer); needs add_generation_prompt=false")
@@ -142,20 +210,32 @@ class ChatTemplateFields(OpenAIModel):
     chat_template: str | None = Field(None, description="Needs the front's --trust-request-chat-template")
     chat_template_kwargs: dict[str, Any] | None = Field(None, description="Variables for the chat template, "
                                                         "e.g. enable_thinking")
+    add_special_tokens: Any = only_default(False, why="the chat template holds the special tokens")
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct_names(cls, tools: list[ToolParam] | None) -> list[ToolParam] | None:
+        names = [tool.function.name for tool in tools or ()]
+        if len(set(names)) != len(names):
+            raise PydanticCustomError("duplicate_tool", f"tools name a function twice: {names}")
+        return tools
 
 
 class ChatCompletionRequest(GenerateRequest, ChatTemplateFields):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tool_choice: Annotated[str | dict[str, Any] | None, _one_error("none, auto, required or "
-                                                                  '{"type": "function", ...}')] = None
-    parallel_tool_calls: bool | None = None
-    reasoning_effort: str | None = None
-    modalities: list[str] | None = None
-    separate_reasoning: Any = None
-    stream_reasoning: Any = None
-    include_reasoning: Any = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = Field(None, description="false: refused where calls may be made "
+                                             "(auto, required): the output is not cut to one call")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = Field(
+        None, description="A variable of the chat template, as vLLM passes it")
+    echo: bool = Field(False, description="Prefix the answer with the last message when it is an "
+                       "assistant's (vLLM's)")
+    modalities: Any = only_default(None, ["text"], why="text output only")
+    separate_reasoning: Any = only_default(True)
+    stream_reasoning: Any = only_default(True)
+    include_reasoning: Any = only_default(True)
     functions: Any = None
     function_call: Any = None
 
@@ -166,6 +246,8 @@ class CompletionRequest(GenerateRequest):
     echo: bool | None = None
     logprobs: int | None = None
     suffix: str | None = None
+    add_special_tokens: Any = only_default(True, why="a text prompt is tokenized with them")
+    prompt_embeds: Any = only_default(None)
 
 
 def validated(model: type[M], body: dict[str, Any]) -> M:
@@ -180,9 +262,12 @@ def validated(model: type[M], body: dict[str, Any]) -> M:
 
 
 def path(loc: Iterable[int | str]) -> str:
-    """A pydantic location as a JSON path: ("messages", 0, "role") → messages[0].role."""
+    """A pydantic location as a JSON path: ("messages", 0, "role") → messages[0].role (a union
+    member's tag, which pydantic adds, left out)."""
     out = ""
     for part in loc:
+        if part in _TAGS:
+            continue
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -191,61 +276,3 @@ def _short(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
         return f"an integer of {value.bit_length()} bits"
     return f"{value!r:.80}"
-
-
-class UnknownFields:
-    """Fields no model declares: a warning naming each once (as vLLM logs them, per field name
-    rather than per request, so a client that always sends one does not flood the log), or, with
-    `strict`, a 400 naming the first."""
-
-    def __init__(self, strict: bool = False, log: Callable[[str], None] | None = None) -> None:
-        self.strict = strict
-        self._log = log or _LOG.warning
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()  # requests are parsed on the tokenizer pool's threads
-
-    def check(self, request: BaseModel, route: str) -> None:
-        names = sorted(request.model_extra or {})
-        if not names:
-            return
-        if self.strict:
-            raise BadRequest(f"unknown field {names[0]!r}" + (f" (and {names[1:]})" if names[1:] else "")
-                             + f"; {route} takes {', '.join(sorted(type(request).model_fields))} "
-                             "(the front runs with --strict-fields)", names[0])
-        with self._lock:
-            new = [n for n in names if n not in self._seen]
-            self._seen.update(new)
-        for name in new:
-            self._log(f"ignored the unknown request field {name[:100]!r} (on {route}; logged once per name)")
-
-
-def openapi_body(model: type[BaseModel]) -> dict[str, Any]:
-    """The route's `openapi_extra`: its JSON body is `model` (the route reads the body itself, so
-    that body.py's checks run before any parsing); `components` gathers the schemas it refers to."""
-    return {"requestBody": {"required": True, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
-
-
-def describe_bodies(app: FastAPI) -> None:
-    """/openapi.json with the request bodies' schemas (the routes read their bodies themselves)."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            schema.setdefault("components", {}).setdefault("schemas", {}).update(
-                components(ChatCompletionRequest, CompletionRequest, ChatTemplateFields))
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend it
-
-
-def components(*models: type[BaseModel]) -> dict[str, Any]:
-    """The component schemas of `models` and of the models they hold, for /openapi.json."""
-    out: dict[str, Any] = {}
-    for model in models:
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}", by_alias=True)
-        out.update(schema.pop("$defs", {}))
-        out[model.__name__] = schema
-    return out

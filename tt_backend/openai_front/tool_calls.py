@@ -19,19 +19,18 @@ The output side (calls read back, streamed as deltas) is tool_parsers/ and outpu
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tt_backend.openai_front.errors import BadRequest
+from tt_backend.openai_front.schemas import ChatCompletionRequest, NamedToolChoice, ToolParam
 
 
 @dataclass(frozen=True)
 class Tools:
     """What a request's tools ask of the output."""
 
-    mode: str
-    """auto, required or named."""
+    mode: Literal["auto", "required", "named"]
     functions: tuple[dict[str, Any], ...]
     """The tools' `function` objects (name, description, parameters)."""
     name: str | None = None
@@ -57,54 +56,37 @@ class Tools:
         return "stop" if self.mode == "named" else "tool_calls"
 
 
-def parse_tools(body: dict[str, Any]) -> Tools | None:
-    """The request's tools and tool_choice; None when no call can be made."""
-    tools, choice = body.get("tools"), body.get("tool_choice")
+def parse_tools(request: ChatCompletionRequest) -> Tools | None:
+    """The request's tools and tool_choice (their shapes checked by schemas.py); None when no call
+    can be made."""
+    tools, choice = request.tools, request.tool_choice
     if tools is None:
         if choice not in (None, "none"):
-            raise BadRequest(f"tool_choice {choice!r} needs tools", "tool_choice")
+            raise BadRequest(f"tool_choice {_shown(choice)} needs tools", "tool_choice")
         return None
-    if not isinstance(tools, list) or not tools:
-        raise BadRequest("tools must be a non-empty list of tools", "tools")
-    functions = tuple(_function(i, tool) for i, tool in enumerate(tools))
-    names = [f["name"] for f in functions]
-    if len(set(names)) != len(names):
-        raise BadRequest(f"tools name a function twice: {names}", "tools")
-    choice = "auto" if choice is None else choice
+    functions = tuple(tool.function.model_dump(exclude_unset=True) for tool in tools)
+    names = [tool.function.name for tool in tools]
     if choice == "none":
         return None
-    if choice in ("auto", "required"):
-        return Tools(choice, functions)
-    if isinstance(choice, dict) and _is_function(choice):
-        name = choice["function"].get("name")
-        if name not in names:
-            raise BadRequest(f"tool_choice names the function {name!r}, which is not in tools ({names})",
-                             "tool_choice")
-        return Tools("named", functions, name)
-    raise BadRequest(f"tool_choice must be none, auto, required or "
-                     f'{{"type": "function", "function": {{"name": ...}}}}, got {choice!r}', "tool_choice")
+    if request.parallel_tool_calls is False and not isinstance(choice, NamedToolChoice):
+        raise BadRequest("parallel_tool_calls=false is not supported (only its default, true): the output "
+                         "is not cut to one call; name the function in tool_choice", "parallel_tool_calls")
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in names:
+            raise BadRequest(f"tool_choice.function.name: {choice.function.name!r} is not in tools ({names})",
+                             "tool_choice.function.name")
+        return Tools("named", functions, choice.function.name)
+    return Tools(choice or "auto", functions)
 
 
-def _function(index: int, tool: Any) -> dict[str, Any]:
-    where = f"tools[{index}]"
-    if not _is_function(tool):
-        raise BadRequest(f'{where} must be {{"type": "function", "function": {{...}}}}', where)
-    function = tool["function"]
-    name = function.get("name")
-    if not (isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name)):
-        raise BadRequest(f"{where}.function.name must be 1-64 letters, digits, _ or -, got {name!r}",
-                         f"{where}.function.name")
-    parameters = function.get("parameters")
-    if parameters is not None and not isinstance(parameters, dict):
-        raise BadRequest(f"{where}.function.parameters must be a JSON schema object",
-                         f"{where}.function.parameters")
-    return function
+def tool_dicts(tools: list[ToolParam] | None) -> list[dict[str, Any]] | None:
+    """The tools as the chat template takes them: as sent, with `type` (vLLM's default) filled in."""
+    return None if tools is None else [{"type": "function", **tool.model_dump(exclude_unset=True)}
+                                       for tool in tools]
 
 
-def _is_function(value: Any) -> bool:
-    """`{"type": "function", "function": {...}}`: a tool, or a tool_choice naming one."""
-    return (isinstance(value, dict) and value.get("type") == "function"
-            and isinstance(value.get("function"), dict))
+def _shown(choice: str | NamedToolChoice) -> str:
+    return repr(choice) if isinstance(choice, str) else f"naming {choice.function.name!r}"
 
 
 HERMES_INSTRUCTION = ('To call a tool, reply with <tool_call>{"name": <tool name>, "arguments": <arguments '
