@@ -305,11 +305,12 @@ FRONT_CASES: list[FrontCase] = [
     completion("front: prompt ids outside the vocabulary", {"prompt": [1, 99999]},
                "input_ids hold 99999, outside the vocabulary [0, 49152)", None),
     completion("front: suffix", {"suffix": "x"}, "suffix (insertion) is not supported", "suffix"),
-    completion("front: echo not a boolean", {"echo": "x"}, "echo must be a boolean, got 'x'", "echo"),
+    completion("front: echo not a boolean", {"echo": "x"}, "echo: Input should be a valid boolean, got 'x'",
+               "echo"),
     completion("front: two structured outputs", {"structured_outputs": {"regex": "a", "choice": ["b"]}},
                "structured_outputs must set exactly one of", "structured_outputs"),
-    completion("front: ignore_eos a string", {"ignore_eos": "no"}, "ignore_eos must be a boolean, got 'no'",
-               "ignore_eos"),
+    completion("front: ignore_eos a string", {"ignore_eos": "no"},
+               "ignore_eos: Input should be a valid boolean, got 'no'", "ignore_eos"),
 ]
 
 
