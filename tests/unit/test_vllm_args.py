@@ -78,7 +78,7 @@ def test_common_arguments_map_onto_a_config() -> None:
     ({"kv_cache_dtype": "fp8"}, "model.json: kv_cache_dtype='fp8' is not supported: the KV cache is kept in "
      "the model's dtype"),
     ({"quantization": "awq"}, "model.json: quantization='awq' is not supported: a quantized checkpoint loads "
-     "only as a GGUF file"),
+     "as a GGUF file"),
     ({"speculative_config": {"method": "ngram"}}, "speculative_config={'method': 'ngram'} is not supported"),
     ({"revision": "v2"}, "revision='v2' is not supported: an HF id serves the HF cache's main snapshot"),
     ({"no_such_argument": 1}, "model.json: unknown engine argument 'no_such_argument': neither a vLLM engine "

@@ -16,6 +16,7 @@ from tt_backend.devices.torch.device import TorchDevice, select_device
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities, check_lanes
 from tt_backend.models.checkpoint import resolve_model_dir
+from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
 from tt_backend.models.registry import build_registry
 from tt_backend.models.spec import ModelSpec
@@ -36,12 +37,16 @@ logger = logging.getLogger(__name__)
 def build_torch_engine(config: EngineConfig) -> LLMEngine:
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
-    plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels)
+    gguf = gguf_source(config.model) if ComputePlan.may_keep_blocks(device, config.weight_dtype) else None
+    quantized = GgufLinears.read(gguf) if gguf is not None else None
+    plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
+                               weight_dtype=config.weight_dtype,
+                               quantized_checkpoint=bool(quantized and quantized.tensors))
     logger.info("%s", plan.describe())
     dtype = plan.activations
     registry = build_registry("torch", extra_models_dir=config.extra_models_dir,
                               builtin=config.builtin_models)
-    loaded = load_model(model_dir, plan, registry)
+    loaded = load_model(model_dir, plan, registry, quantized)
     spec, caps = loaded.spec, loaded.capabilities
     per_token = PagedKVCacheConfig.bytes_per_token(spec.num_layers, spec.num_kv_heads, spec.head_dim, dtype)
     caps.log_undeclared(loaded.architecture)

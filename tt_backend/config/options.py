@@ -33,6 +33,7 @@ Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda", "tt"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
+WeightDtypeName = Literal["auto", "quantized", "bfloat16", "float32"]
 
 # Option names accepted besides the field's own (after the `tt.` prefix is removed).
 _ALIASES = {"MESH_DEVICE": "mesh_device"}
@@ -50,6 +51,8 @@ class EngineConfig:
     dtype: Dtype = "auto"
     """auto: bfloat16 on CUDA and on CPUs with AVX-512; below AVX-512, float32 activations with
     bfloat16 linear weights (see devices/cpu/compute_plan.py)."""
+    weight_dtype: WeightDtypeName = "auto"
+    """GGUF Q8_0/Q4_0/Q4_1 linears (CPU): quantized keeps the blocks; auto too, unless bf16 runs on oneDNN."""
     device: DeviceName = "auto"
     """cpu, cuda, tt (a Tenstorrent mesh through ttnn), or auto: tt when ttnn imports and reports
     a device, else cuda when torch sees one, else cpu."""
@@ -173,15 +176,13 @@ class EngineConfig:
             if getattr(self, name) != 1:
                 raise ValueError(f"{name}={getattr(self, name)} is not supported: "
                                  f"{REJECTED_OPTIONS[name]}")
-        check_choice("dtype", self.dtype, typing.get_args(Dtype))
-        check_choice("device", self.device, typing.get_args(DeviceName))
         hints = typing.get_type_hints(type(self))
-        for option in dataclasses.fields(self):  # a plain string names its member
+        for option in dataclasses.fields(self):  # a plain string names its member; a Literal lists its values
             kind = hints[option.name]
             if isinstance(kind, type) and issubclass(kind, Named):
                 object.__setattr__(self, option.name, kind.parse(option.name, getattr(self, option.name)))
-        check_choice("cpu_kernels", self.cpu_kernels, typing.get_args(CpuKernelsName))
-        check_choice("cpu_isa", self.cpu_isa, typing.get_args(CpuIsaName))
+            elif typing.get_origin(kind) is Literal:
+                check_choice(option.name, getattr(self, option.name), typing.get_args(kind))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "data_parallel_size"):
             if getattr(self, name) < 1:

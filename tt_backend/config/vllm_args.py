@@ -159,8 +159,8 @@ VLLM_ARGS: dict[str, Rule] = {
     "chat_template": _FRONT,
     # -- refused unless at the value vLLM's default means
     "kv_cache_dtype": Refused("the KV cache is kept in the model's dtype (the dtype option)", ("auto",)),
-    "quantization": Refused("a quantized checkpoint loads only as a GGUF file (dequantized on load)",
-                            (None,)),
+    "quantization": Refused("a quantized checkpoint loads as a GGUF file (its Q8_0/Q4_0/Q4_1 blocks kept "
+                            "or widened by weight_dtype)", (None, "gguf")),
     "load_format": Refused("weights are read as safetensors or GGUF, by the files present",
                            ("auto", "safetensors", "gguf")),
     "tokenizer_mode": Refused("the checkpoint's Hugging Face tokenizer is used", ("auto", "hf")),

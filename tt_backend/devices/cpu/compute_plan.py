@@ -12,6 +12,15 @@ each op of a step takes, decided once from the CPU probe, `cpu_isa`, `dtype` and
   bf16 weight widens to fp32 exactly, so `wide_linear` streams half the bytes of fp32 weights in
   decode and hands prefill to the fp32 GEMM. Without the native kernels: float32 throughout.
 Off the CPU (CUDA), `auto` is bfloat16.
+
+`weight_dtype` (the linear weights of a GGUF checkpoint): `quantized` keeps the file's Q8_0 / Q4_0 /
+Q4_1 blocks (`devices/cpu/quant.py`, on the native kernels) with float32 activations when
+`dtype=auto` (a dequantized weight is exact in fp32: the model served is the fp32 model of the
+dequantized weights); `bfloat16` / `float32` widen them on load, as for any checkpoint; `auto` keeps
+them unless the dense plan would run bf16 activations on oneDNN / AMX (dtype=auto at avx512_bf16 and
+amx, or dtype=bfloat16): there the widened bf16 GEMM serves batched decode faster (measured on a
+Zen 5 with AMX-class bf16: c=32 at 0.48x with the blocks, c=1 at 1.32x; `bench/weight_dtype.py`),
+while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measured.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ PREPACK_LEVELS: tuple[IsaLevel, ...] = ("avx512", "avx512_bf16", "amx")
 """Levels where oneDNN's bf16 prepacked matmuls run (an explicit dtype=bfloat16 takes them)."""
 
 LinearPath = Literal["onednn_packed", "amx_tiles", "wide_bf16", "torch"]
+WEIGHT_DTYPES = ("auto", "quantized", "bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -51,12 +61,22 @@ class ComputePlan:
     kernels: CpuKernels | None = None
     native_required: bool = False
     """cpu_kernels=native: a model that cannot run on the kernels fails its load."""
+    quantized: bool = False
+    """The checkpoint's quantized linear layers keep their blocks (`quant_linear`); `linear` and
+    `weights` are the path of the others."""
 
     @classmethod
     def resolve(cls, device: torch.device, dtype: str = "auto", cpu_isa: str = "auto",
-                cpu_kernels: str = "auto", caps: CpuCapabilities | None = None) -> ComputePlan:
+                cpu_kernels: str = "auto", caps: CpuCapabilities | None = None, weight_dtype: str = "auto",
+                quantized_checkpoint: bool = False) -> ComputePlan:
+        """`quantized_checkpoint`: the checkpoint holds quantized linear layers (a GGUF file's)."""
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r} is not one of auto, {', '.join(DTYPES)}")
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise ValueError(f"weight_dtype={weight_dtype!r} is not one of {', '.join(WEIGHT_DTYPES)}")
+        if weight_dtype == "float32" and dtype not in ("auto", "float32"):
+            raise ValueError(f"weight_dtype=float32 with dtype={dtype}: the linear weights would be wider "
+                             "than the activations; use weight_dtype=auto or bfloat16")
         if device.type != "cpu":
             if cpu_kernels == "native":
                 raise ValueError(f"cpu_kernels=native: the native kernels run on the CPU, not on "
@@ -65,19 +85,34 @@ class ComputePlan:
             return cls(device, act, act, "torch")
         level = (caps or probe()).resolve(cpu_isa)
         kernels = _kernels(level, cpu_kernels)
+        bf16_dense = dtype == "bfloat16" or (dtype == "auto" and level in BF16_LEVELS)
+        keep = weight_dtype == "quantized" or (weight_dtype == "auto" and not bf16_dense)
+        quantized = keep and quantized_checkpoint and kernels is not None
+        if keep and quantized_checkpoint and kernels is None:
+            logger.warning("weight_dtype=%s: the GGUF's quantized blocks run on the native kernels, which "
+                           "are off; widening them", weight_dtype)
         if dtype != "auto":
             act = weights = DTYPES[dtype]
-        elif level in BF16_LEVELS:
+        elif level in BF16_LEVELS and not quantized and weight_dtype != "float32":
             act = weights = torch.bfloat16
         else:
             act, weights = torch.float32, torch.bfloat16 if kernels is not None else torch.float32
+        if weight_dtype in DTYPES and kernels is not None or weight_dtype == "float32":
+            weights = DTYPES[weight_dtype]
         return cls(device, act, weights, _linear_path(level, act, weights, kernels), level, kernels,
-                   cpu_kernels == "native")
+                   cpu_kernels == "native", quantized)
+
+    @staticmethod
+    def may_keep_blocks(device: torch.device, weight_dtype: str) -> bool:
+        """Whether a plan on `device` with `weight_dtype` may keep a GGUF's blocks (worth reading them)."""
+        return device.type == "cpu" and weight_dtype in ("auto", "quantized")
 
     @property
     def dtype_name(self) -> str:
         names = {v: k for k, v in DTYPES.items()}
         act, w = names[self.activations], names[self.weights]
+        if self.quantized:
+            return f"{act} (linear weights: the GGUF's quantized blocks)"
         return act if act == w else f"{act} (linear weights {w})"
 
     def op_paths(self) -> dict[str, str]:
@@ -93,6 +128,8 @@ class ComputePlan:
                          "beyond",
             "torch": "torch F.linear",
         }[self.linear]
+        if self.quantized:
+            linear = f"{ns}quant_linear on the GGUF's blocks (listed per layer at load); others: {linear}"
         return {
             "linear layers and LM head": linear,
             "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",

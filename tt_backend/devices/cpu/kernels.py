@@ -14,6 +14,8 @@ library per instruction-set level (`isa.py`).
   its weight faster than oneDNN does at decode sizes; only in the `amx` library
   (`tile_linear_supported`). `linear` runs it up to a row count and oneDNN's kernel beyond;
   `devices/cpu/linears.py` uses that.
+- csrc/quant_linear.cpp: `quant_linear`, fp32 (or bf16) activations times a weight held as GGUF blocks
+  (Q8_0, Q4_0, Q4_1; `devices/cpu/quant.py`), and `dequantize_blocks`, the blocks as fp32.
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the
@@ -42,9 +44,9 @@ logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
-           CSRC / "tile_linear.cpp"]
+           CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp"]
 OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "wide_linear",
-       "tile_linear", "linear")
+       "tile_linear", "linear", "quant_linear", "dequantize_blocks")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
 # -fno-trapping-math changes no value; without it GCC vectorises no loop that compares floats (the
 # portable SiLU ran 9x slower than torch's).
@@ -121,6 +123,19 @@ class CpuKernels:
         """x [..., K] @ W.T (+ bias) -> [..., N] in bf16, W [N, K] given in the tile layout
         (`linears.tile_layout`)."""
         out: torch.Tensor = self.ops.tile_linear(x, tiles, bias)
+        return out
+
+    def quant_linear(self, x: torch.Tensor, blocks: torch.Tensor, fmt: int, in_features: int,
+                     bias: torch.Tensor | None, small_rows: int) -> torch.Tensor:
+        """x [..., K] (fp32 or bf16) @ W.T (+ bias) -> [..., N] in x's dtype, W [N, K] held as the
+        uint8 blocks [N, K / 32 * block bytes] of format `fmt` (`quant.FORMAT_IDS`): streamed from
+        the blocks up to `small_rows` rows, dequantized band by band into torch's fp32 GEMM beyond."""
+        out: torch.Tensor = self.ops.quant_linear(x, blocks, fmt, in_features, bias, small_rows)
+        return out
+
+    def dequantize_blocks(self, blocks: torch.Tensor, fmt: int, in_features: int) -> torch.Tensor:
+        """The fp32 weight [N, K] the blocks hold (ggml's dequantize_row_*, bit for bit)."""
+        out: torch.Tensor = self.ops.dequantize_blocks(blocks, fmt, in_features)
         return out
 
 

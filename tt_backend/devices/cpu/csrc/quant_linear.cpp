@@ -1,0 +1,352 @@
+// Linear layers over GGUF quantized blocks, read as the file holds them (ggml's layouts, 32 weights a
+// block, each row of the weight a whole number of blocks):
+//
+//   Q8_0  [fp16 d][32 x int8 q]                 w = q * d             34 bytes
+//   Q4_0  [fp16 d][16 bytes of nibbles]         w = (q - 8) * d       18 bytes
+//   Q4_1  [fp16 d][fp16 m][16 bytes of nibbles] w = q * d + m         20 bytes
+//
+// Nibble byte j holds weight j in its low half and weight j + 16 in its high half. Each weight is
+// dequantized as ggml's dequantize_row_* does (one fp32 multiply, one add for Q4_1, never fused), so
+// it equals the fp32 weight a dequantizing loader produces, bit for bit.
+//
+// - Up to `small_rows` rows (decode): each weight row's blocks are read once per group of input rows,
+//   dequantized in registers and multiplied into fp32 sums. Sum (r, n) runs in kLanes lanes over k
+//   (lane l takes k = l, l + kLanes, ... in order), then the lanes in a fixed tree, so a row's result
+//   does not depend on the batch it is in or on the thread that computes it.
+// - Beyond (prefill): bands of output rows are dequantized into an fp32 buffer (about 1 MB) and each
+//   band goes through torch's fp32 GEMM: the whole matrix is never widened.
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "numerics.h"
+#include "ops_library.h"
+
+namespace {
+
+constexpr int64_t kQk = 32;  // weights per block
+enum Format : int64_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2, kF32 = 3 };  // kF32: a dequantized tile
+constexpr int64_t kBlockBytes[4] = {34, 18, 20, 128};
+constexpr int64_t kCols = 4;  // output columns per register block
+
+inline float half_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+#ifdef TT_AVX2
+  return _cvtsh_ss(h);  // F16C: exact, as the software conversion
+#else
+  return tt_kernels::to_float(c10::Half(h, c10::Half::from_bits()));
+#endif
+}
+
+// The 32 weights of one block, in order.
+template <int64_t F>
+inline void dequant_block(const uint8_t* b, float* w) {
+  if constexpr (F == kF32) {
+    std::memcpy(w, b, kQk * sizeof(float));
+  } else if constexpr (F == kQ8_0) {
+    const float d = half_at(b);
+    for (int64_t j = 0; j < kQk; ++j) w[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+  } else if constexpr (F == kQ4_0) {
+    const float d = half_at(b);
+    for (int64_t j = 0; j < kQk / 2; ++j) w[j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
+    for (int64_t j = 0; j < kQk / 2; ++j) w[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+  } else {
+    const float d = half_at(b), m = half_at(b + 2);
+    for (int64_t j = 0; j < kQk / 2; ++j) w[j] = static_cast<float>(b[4 + j] & 15) * d + m;
+    for (int64_t j = 0; j < kQk / 2; ++j) w[j + 16] = static_cast<float>(b[4 + j] >> 4) * d + m;
+  }
+}
+
+#if defined(TT_FAST_BF16) && defined(TT_AVX2)
+constexpr int64_t kLanes = 16;
+constexpr int64_t kMaxRows = 4;  // 16 sums + 8 weights + 2 inputs in 32 registers
+
+// Weights 0-15 and 16-31 of one block.
+template <int64_t F>
+inline void dequant_pair(const uint8_t* b, __m512& lo, __m512& hi) {
+  if constexpr (F == kF32) {
+    lo = _mm512_loadu_ps(reinterpret_cast<const float*>(b));
+    hi = _mm512_loadu_ps(reinterpret_cast<const float*>(b) + 16);
+    return;
+  }
+  const __m512 d = _mm512_set1_ps(half_at(b));
+  if constexpr (F == kQ8_0) {
+    const __m128i* q = reinterpret_cast<const __m128i*>(b + 2);
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), d);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), d);
+  } else {
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (F == kQ4_0 ? 2 : 4))));
+    __m512i ql = _mm512_and_si512(q, _mm512_set1_epi32(15)), qh = _mm512_srli_epi32(q, 4);
+    if constexpr (F == kQ4_0) {
+      ql = _mm512_sub_epi32(ql, _mm512_set1_epi32(8));
+      qh = _mm512_sub_epi32(qh, _mm512_set1_epi32(8));
+    }
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(ql), d);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(qh), d);
+    if constexpr (F == kQ4_1) {
+      const __m512 m = _mm512_set1_ps(half_at(b + 2));
+      lo = _mm512_add_ps(lo, m);
+      hi = _mm512_add_ps(hi, m);
+    }
+  }
+}
+
+template <int64_t F>
+inline void dequant_store(const uint8_t* b, float* w) {
+  __m512 lo, hi;
+  dequant_pair<F>(b, lo, hi);
+  _mm512_storeu_ps(w, lo);
+  _mm512_storeu_ps(w + 16, hi);
+}
+
+inline float sum16(__m512 v) {  // the fixed tree: halves added, then sum8's tree
+  return tt_kernels::sum8(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+
+// out[r][c] = x[r] . w[c] over `nb` blocks; asks for the weight `ahead` bytes further on.
+template <int64_t F, int64_t R, int64_t C>
+inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t nb, float (*out)[kCols],
+                       int64_t ahead) {
+  constexpr int64_t B = kBlockBytes[F];
+  __m512 acc[R][C];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (ahead > 0 && (b & 1) == 0)
+      for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + b * B + ahead);
+    __m512 lo[C], hi[C];
+    for (int64_t c = 0; c < C; ++c) dequant_pair<F>(w[c] + b * B, lo[c], hi[c]);
+    for (int64_t r = 0; r < R; ++r) {
+      const __m512 xl = _mm512_loadu_ps(x[r] + b * kQk), xh = _mm512_loadu_ps(x[r] + b * kQk + 16);
+      for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xh, hi[c], _mm512_fmadd_ps(xl, lo[c], acc[r][c]));
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) out[r][c] = sum16(acc[r][c]);
+}
+#elif defined(TT_AVX2)
+constexpr int64_t kLanes = 8;
+constexpr int64_t kMaxRows = 2;  // 8 sums + 4 weights + 1 input in 16 registers
+
+// Weights 8h .. 8h + 7 of one block.
+template <int64_t F>
+inline __m256 dequant_eighth(const uint8_t* b, int64_t h) {
+  if constexpr (F == kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(b) + 8 * h);
+  const __m256 d = _mm256_set1_ps(half_at(b));
+  if constexpr (F == kQ8_0) {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+  } else {
+    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + (F == kQ4_0 ? 2 : 4) + 8 * (h & 1)));
+    const __m256i wide = _mm256_cvtepu8_epi32(bytes);
+    __m256i q = h < 2 ? _mm256_and_si256(wide, _mm256_set1_epi32(15)) : _mm256_srli_epi32(wide, 4);
+    if constexpr (F == kQ4_0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(8));
+    const __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
+    if constexpr (F == kQ4_1) return _mm256_add_ps(w, _mm256_set1_ps(half_at(b + 2)));
+    return w;
+  }
+}
+
+template <int64_t F>
+inline void dequant_store(const uint8_t* b, float* w) {
+  for (int64_t h = 0; h < 4; ++h) _mm256_storeu_ps(w + 8 * h, dequant_eighth<F>(b, h));
+}
+
+template <int64_t F, int64_t R, int64_t C>
+inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t nb, float (*out)[kCols],
+                       int64_t ahead) {
+  constexpr int64_t B = kBlockBytes[F];
+  __m256 acc[R][C];
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (ahead > 0 && (b & 1) == 0)
+      for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + b * B + ahead);
+    for (int64_t h = 0; h < 4; ++h) {
+      __m256 wv[C];
+      for (int64_t c = 0; c < C; ++c) wv[c] = dequant_eighth<F>(w[c] + b * B, h);
+      for (int64_t r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_loadu_ps(x[r] + b * kQk + 8 * h);
+        for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) out[r][c] = tt_kernels::sum8(acc[r][c]);
+}
+#else
+constexpr int64_t kLanes = 8;
+constexpr int64_t kMaxRows = 2;
+
+template <int64_t F>
+inline void dequant_store(const uint8_t* b, float* w) { dequant_block<F>(b, w); }
+
+// The same sums, 8 lanes in arrays that the compiler vectorises at the build's baseline.
+template <int64_t F, int64_t R, int64_t C>
+inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t nb, float (*out)[kCols],
+                       int64_t /*ahead*/) {
+  constexpr int64_t B = kBlockBytes[F];
+  float acc[R][C][kLanes] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    float wv[C][kQk];
+    for (int64_t c = 0; c < C; ++c) dequant_block<F>(w[c] + b * B, wv[c]);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t k = 0; k < kQk; k += kLanes)
+          for (int64_t l = 0; l < kLanes; ++l) acc[r][c][l] += x[r][b * kQk + k + l] * wv[c][k + l];
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) {  // sum8's tree: (0+4, 1+5, 2+6, 3+7), then pairs, then the last two
+      const float* a = acc[r][c];
+      const float q0 = a[0] + a[4], q1 = a[1] + a[5], q2 = a[2] + a[6], q3 = a[3] + a[7];
+      out[r][c] = (q0 + q2) + (q1 + q3);
+    }
+}
+#endif
+
+// Rows [r0, r0 + R) by columns [n0, n0 + C) of y = x w^T + bias; w: column n0's row, then `row_bytes`
+// to each next column's.
+template <int64_t F, int64_t R, int64_t C>
+inline void block(const float* x, const uint8_t* w, const float* bias, float* y, int64_t r0, int64_t n0, int64_t N,
+                  int64_t K) {
+  const int64_t row_bytes = K / kQk * kBlockBytes[F];
+  const float* xr[R];
+  const uint8_t* wc[C];
+  for (int64_t r = 0; r < R; ++r) xr[r] = x + (r0 + r) * K;
+  for (int64_t c = 0; c < C; ++c) wc[c] = w + c * row_bytes;
+  float sums[kMaxRows][kCols];
+  block_sums<F, R, C>(xr, wc, K / kQk, sums, r0 == 0 && F != kF32 ? C * row_bytes : 0);  // the first rows fetch the next
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) y[(r0 + r) * N + n0 + c] = bias != nullptr ? sums[r][c] + bias[n0 + c] : sums[r][c];
+}
+
+template <int64_t F, int64_t C, int64_t R = kMaxRows>
+inline void row_groups(const float* x, const uint8_t* w, const float* bias, float* y, int64_t r0, int64_t M,
+                       int64_t n0, int64_t N, int64_t K) {
+  if constexpr (R > 0) {
+    for (; r0 + R <= M; r0 += R) block<F, R, C>(x, w, bias, y, r0, n0, N, K);
+    row_groups<F, C, R - 1>(x, w, bias, y, r0, M, n0, N, K);
+  }
+}
+
+// Columns [n0, n0 + C) of every row: straight from the blocks when the rows fit one register block;
+// else the C weight rows are dequantized once into `tile` (fp32, in L1) and every row group reads them
+// there. Either way each sum multiplies the same fp32 weights in the same order.
+template <int64_t F, int64_t C>
+inline void columns(const float* x, const uint8_t* w, const float* bias, float* y, int64_t M, int64_t n0,
+                    int64_t N, int64_t K, float* tile) {
+  const int64_t row_bytes = K / kQk * kBlockBytes[F];
+  const uint8_t* wn = w + n0 * row_bytes;
+  if (M <= kMaxRows) {
+    row_groups<F, C>(x, wn, bias, y, 0, M, n0, N, K);
+    return;
+  }
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t b = 0; b < K / kQk; ++b) dequant_store<F>(wn + c * row_bytes + b * kBlockBytes[F], tile + c * K + b * kQk);
+  row_groups<kF32, C>(x, reinterpret_cast<const uint8_t*>(tile), bias, y, 0, M, n0, N, K);
+}
+
+template <int64_t F>
+void stream_rows(const float* x, const uint8_t* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
+  const int64_t blocks = (N + kCols - 1) / kCols;
+  const int64_t grain = std::max<int64_t>(1, 65536 / (kCols * K / kQk * kBlockBytes[F]));  // ~64 KB a task
+  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(M > kMaxRows ? kCols * K : 0);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t n0 = b * kCols;
+      if (n0 + kCols <= N) {
+        columns<F, kCols>(x, w, bias, y, M, n0, N, K, tile.data());
+      } else {
+        for (int64_t n = n0; n < N; ++n) columns<F, 1>(x, w, bias, y, M, n, N, K, tile.data());
+      }
+    }
+  });
+}
+
+// w[rows, K] fp32 = the weight's rows [n0, n0 + rows).
+template <int64_t F>
+void dequant_rows(const uint8_t* blocks, float* w, int64_t n0, int64_t rows, int64_t K) {
+  const int64_t nb = K / kQk, row_bytes = nb * kBlockBytes[F];
+  at::parallel_for(0, rows, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n)
+      for (int64_t b = 0; b < nb; ++b)
+        dequant_store<F>(blocks + (n0 + n) * row_bytes + b * kBlockBytes[F], w + n * K + b * kQk);
+  });
+}
+
+void check_blocks(const at::Tensor& blocks, int64_t format, int64_t K, const char* op) {
+  TORCH_CHECK(format >= kQ8_0 && format <= kQ4_1, op, ": unknown block format ", format);
+  TORCH_CHECK(K > 0 && K % kQk == 0, op, ": in_features must be a positive multiple of 32, got ", K);
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous(), op,
+              ": the blocks must be a contiguous 2-d uint8 tensor");
+  TORCH_CHECK(blocks.size(1) == K / kQk * kBlockBytes[format], op, ": rows of ", blocks.size(1),
+              " bytes do not hold ", K, " weights of format ", format);
+}
+
+template <typename Fn>
+void by_format(int64_t format, Fn&& fn) {
+  if (format == kQ8_0) fn(std::integral_constant<int64_t, kQ8_0>{});
+  else if (format == kQ4_0) fn(std::integral_constant<int64_t, kQ4_0>{});
+  else fn(std::integral_constant<int64_t, kQ4_1>{});
+}
+
+at::Tensor dequantize_blocks(const at::Tensor& blocks, int64_t format, int64_t K) {
+  check_blocks(blocks, format, K, "dequantize_blocks");
+  auto w = at::empty({blocks.size(0), K}, blocks.options().dtype(at::kFloat));
+  by_format(format, [&](auto f) { dequant_rows<decltype(f)::value>(blocks.data_ptr<uint8_t>(), w.data_ptr<float>(), 0, w.size(0), K); });
+  return w;
+}
+
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format, int64_t K,
+                        const std::optional<at::Tensor>& bias, int64_t small_rows) {
+  check_blocks(blocks, format, K, "quant_linear");
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16,
+              "quant_linear: x must be float32 or bfloat16, got ", x.scalar_type());
+  TORCH_CHECK(x.size(-1) == K, "quant_linear: x has ", x.size(-1), " inputs, the weight ", K);
+  const int64_t N = blocks.size(0), M = x.numel() / K;
+  at::Tensor b;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->numel() == N, "quant_linear: the bias must have ", N, " elements");
+    b = bias->to(at::kFloat).contiguous();
+  }
+  const auto xf = x.to(at::kFloat).contiguous().view({M, K});  // a bf16 input widens exactly
+  auto y = at::empty({M, N}, xf.options());
+  const uint8_t* w = blocks.data_ptr<uint8_t>();
+  if (M <= small_rows) {
+    by_format(format, [&](auto f) {
+      stream_rows<decltype(f)::value>(xf.data_ptr<float>(), w, b.defined() ? b.data_ptr<float>() : nullptr,
+                                      y.data_ptr<float>(), M, N, K);
+    });
+  } else {
+    const int64_t band = std::min<int64_t>(N, std::max<int64_t>(16, (262144 / K) / 16 * 16));  // ~1 MB of fp32
+    auto buffer = at::empty({band, K}, xf.options());
+    for (int64_t n0 = 0; n0 < N; n0 += band) {
+      const int64_t rows = std::min(band, N - n0);
+      by_format(format, [&](auto f) { dequant_rows<decltype(f)::value>(w, buffer.data_ptr<float>(), n0, rows, K); });
+      auto out = y.narrow(1, n0, rows);
+      at::mm_out(out, xf, buffer.narrow(0, 0, rows).t());
+    }
+    if (b.defined()) y.add_(b);
+  }
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  return y.view(sizes).to(x.scalar_type());
+}
+
+}  // namespace
+
+TT_LIBRARY_FRAGMENT(m) {
+  m.def("quant_linear(Tensor x, Tensor blocks, int format, int in_features, Tensor? bias, int small_rows) -> Tensor");
+  m.def("dequantize_blocks(Tensor blocks, int format, int in_features) -> Tensor");
+}
+
+TT_LIBRARY_IMPL(CPU, m) {
+  m.impl("quant_linear", &quant_linear);
+  m.impl("dequantize_blocks", &dequantize_blocks);
+}

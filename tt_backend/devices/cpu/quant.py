@@ -1,0 +1,139 @@
+"""Weights held as GGUF quantized blocks on the torch CPU device, and the layers that compute on them.
+
+A block holds 32 consecutive weights of one row (ggml's layouts, csrc/quant_linear.cpp):
+
+    q8_0  [fp16 d][32 x int8 q]                 w = q * d             34 bytes (8.5 bits a weight)
+    q4_0  [fp16 d][16 bytes of nibbles]         w = (q - 8) * d       18 bytes (4.5 bits)
+    q4_1  [fp16 d][fp16 m][16 bytes of nibbles] w = q * d + m         20 bytes (5 bits)
+
+(nibble byte j: weight j in the low half, weight j + 16 in the high half). A dequantized weight is
+exact in fp32, so a model computed in fp32 on the blocks is the fp32 model of the dequantized
+weights; only the order of the fp32 sums differs from a dense matmul's.
+
+`QuantizedLinear` runs `quant_linear` (streamed from the blocks at decode sizes, dequantized band by
+band into torch's fp32 GEMM beyond); `QuantizedEmbedding` dequantizes only the rows it looks up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from tt_backend.devices.cpu.kernels import CpuKernels
+
+QuantFormat = Literal["q8_0", "q4_0", "q4_1"]
+BLOCK = 32
+"""Weights per block."""
+BLOCK_BYTES: dict[QuantFormat, int] = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+FORMAT_IDS: dict[QuantFormat, int] = {"q8_0": 0, "q4_0": 1, "q4_1": 2}
+"""The `format` argument of the native ops."""
+STREAM_ROWS = {"portable": 1, "neon": 1, "avx2": 2}
+"""Rows up to which `quant_linear` streams the blocks, by level (32 where not listed: the AVX-512
+kernel); beyond, the weight is dequantized band by band for torch's fp32 GEMM. Measured on the
+default model's 211 linear layers, one thread (ms, stream / band GEMM): AVX-512 13.1 / 25.0 at 1 row,
+30.5 / 33.6 at 8, 73.9 / 88.3 at 32; AVX2 16.5 / 39.1 at 2, 48.1 / 43.3 at 3; portable 31.9 / 37.8
+at 1, 37.5 / 35.7 at 2."""
+
+
+@dataclass(frozen=True)
+class QuantizedTensor:
+    """A 2-d weight [rows, cols] as `blocks` [rows, cols / 32 * BLOCK_BYTES] uint8, row-major."""
+
+    format: QuantFormat
+    blocks: torch.Tensor
+    cols: int
+
+    def __post_init__(self) -> None:
+        if self.cols % BLOCK or self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or \
+                self.blocks.shape[1] != self.cols // BLOCK * BLOCK_BYTES[self.format]:
+            raise ValueError(f"{self.format} blocks of shape {tuple(self.blocks.shape)} "
+                             f"({self.blocks.dtype}) do not hold rows of {self.cols} weights")
+
+    @property
+    def rows(self) -> int:
+        return int(self.blocks.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+    def take_rows(self, order: torch.Tensor) -> QuantizedTensor:
+        """Rows reordered: row i of the result is row order[i] (a row is whole blocks: exact)."""
+        return QuantizedTensor(self.format, self.blocks[order].contiguous(), self.cols)
+
+    def dequantize(self) -> torch.Tensor:
+        """The fp32 weight [rows, cols], in torch ops (the native kernels' `dequantize_blocks` gives
+        the same bits)."""
+        return dequantize_rows(self.blocks, self.format, self.cols)
+
+
+def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:
+    """The parts stacked along rows (q, k, v into one fused projection); one format, one width."""
+    if len(parts) == 1:
+        return parts[0]  # shared, not copied: a tied LM head and embedding hold one set of blocks
+    formats, widths = {p.format for p in parts}, {p.cols for p in parts}
+    if len(formats) != 1 or len(widths) != 1:
+        raise ValueError(f"cannot fuse blocks of formats {sorted(formats)} and widths {sorted(widths)}")
+    return QuantizedTensor(parts[0].format, torch.cat([p.blocks for p in parts]).contiguous(), parts[0].cols)
+
+
+def dequantize_rows(blocks: torch.Tensor, fmt: QuantFormat, cols: int) -> torch.Tensor:
+    """blocks [..., cols / 32 * BLOCK_BYTES] uint8 -> fp32 [..., cols], as ggml's dequantize_row_*
+    computes (one multiply, then one add for q4_1), in torch ops (the reference of the kernels)."""
+    lead = blocks.shape[:-1]
+    b = blocks.reshape(-1, cols // BLOCK, BLOCK_BYTES[fmt])  # [rows, blocks, bytes]
+    d = b[..., 0:2].contiguous().view(torch.float16).float()  # [rows, blocks, 1]
+    if fmt == "q8_0":
+        w = b[..., 2:].contiguous().view(torch.int8).float() * d
+    else:
+        qs = b[..., 4:] if fmt == "q4_1" else b[..., 2:]
+        q = torch.cat([qs & 15, qs >> 4], dim=-1)  # weights 0-15 from the low nibbles, 16-31 the high
+        w = (q.float() - 8) * d if fmt == "q4_0" else q.float() * d + b[..., 2:4].contiguous().view(
+            torch.float16).float()
+    return w.reshape(*lead, cols)
+
+
+class QuantizedLinear(nn.Module):
+    """A bias-free or biased linear layer whose weight stays in GGUF blocks (`quant_linear`)."""
+
+    blocks: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None, kernels: CpuKernels) -> None:
+        super().__init__()
+        self.format: QuantFormat = weight.format
+        self.fmt = FORMAT_IDS[weight.format]
+        self.in_features, self.out_features = weight.cols, weight.rows
+        self.kernels = kernels
+        self.small_rows = STREAM_ROWS.get(kernels.level, 32)
+        self.register_buffer("blocks", weight.blocks.contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernels.quant_linear(x, self.blocks, self.fmt, self.in_features, self.bias,
+                                         self.small_rows)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, format={self.format}"
+
+
+class QuantizedEmbedding(nn.Module):
+    """A token embedding whose table stays in GGUF blocks: a lookup dequantizes the rows it reads."""
+
+    blocks: torch.Tensor
+
+    def __init__(self, weight: QuantizedTensor, dtype: torch.dtype, kernels: CpuKernels) -> None:
+        super().__init__()
+        self.format: QuantFormat = weight.format
+        self.fmt = FORMAT_IDS[weight.format]
+        self.embedding_dim, self.dtype = weight.cols, dtype
+        self.kernels = kernels
+        self.register_buffer("blocks", weight.blocks.contiguous())
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.blocks[ids.reshape(-1)]  # [tokens, bytes a row]
+        weights = self.kernels.dequantize_blocks(rows, self.fmt, self.embedding_dim)
+        return weights.view(*ids.shape, self.embedding_dim).to(self.dtype)
