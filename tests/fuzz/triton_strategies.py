@@ -62,7 +62,11 @@ class Draft:
         elif self.fields:
             tensors["sampling_parameters"] = text_tensor(obj(self.fields.items()).encode())
         assert target in ("tt_llm", "ensemble")
-        return FuzzRequest("tt_llm" if target == "tt_llm" else "ensemble", tuple(dict.fromkeys(self.hostile)),
+        hostile = self.hostile
+        if target == "ensemble":  # TRT-LLM's shapes and names: a batch of one, min_tokens
+            tensors = {("min_tokens" if k == "min_length" else k): v[None] for k, v in tensors.items()}
+            hostile = ["min_tokens" if k == "min_length" else k for k in hostile]
+        return FuzzRequest("tt_llm" if target == "tt_llm" else "ensemble", tuple(dict.fromkeys(hostile)),
                            tuple(tensors.items()), max_tokens=None if self.hostile else max_tokens)
 
 

@@ -36,8 +36,11 @@ def infer_input(name: str, value: np.ndarray) -> grpcclient.InferInput:
 
 
 def grpc_stream(url: str, model: str, inputs: dict[str, np.ndarray], timeout: float = 120,
-                on_response: Callable[[], None] | None = None) -> StreamResult:
-    """Send one request on a gRPC stream and collect every response until the final one."""
+                on_response: Callable[[], None] | None = None, batched: bool = False) -> StreamResult:
+    """Send one request on a gRPC stream and collect every response until the final one; `batched`
+    adds the batch dimension of one prompt that TRT-LLM's models (ensemble, tensorrt_llm_bls) take."""
+    if batched:
+        inputs = {name: value[None] for name, value in inputs.items()}
     events: queue.Queue[tuple[Any, Any]] = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     result = StreamResult()

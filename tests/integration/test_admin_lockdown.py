@@ -48,7 +48,7 @@ def test_http_admin_apis_with_the_key_return_their_content(server: Server) -> No
     key = {"admin-key": ADMIN_KEY}
     logging = call(server, "POST", "/v2/logging", {"log_verbose_level": 0}, key).json()
     assert logging["log_verbose_level"] == 0 and logging["log_info"] is True
-    models = {"ensemble", "postprocessing", "preprocessing", "tt_llm"}
+    models = {"ensemble", "postprocessing", "preprocessing", "tensorrt_llm_bls", "tt_llm"}
     stats = call(server, "GET", "/v2/models/stats", None, key).json()
     assert {m["name"] for m in stats["model_stats"]} == models
     index = call(server, "POST", "/v2/repository/index", {}, key).json()

@@ -126,7 +126,7 @@ def test_the_ensemble_answers_a_request_missing_an_input(server: Server, inputs:
                                                          outcome: str) -> None:
     """Triton 2.51's ensemble counted required inputs: a request with as many other inputs ran no
     step and got one empty final response (found by the fuzz profile)."""
-    result = grpc_stream(server.grpc, "ensemble", inputs)
+    result = grpc_stream(server.grpc, "ensemble", inputs, batched=True)
     assert result.responses == [] and result.error is not None and outcome in result.error
     body = {k: v[0].decode() if v.dtype == object else v.tolist()[0] for k, v in inputs.items()}
     r = requests.post(f"http://{server.http}/v2/models/ensemble/generate", json=body, timeout=60)

@@ -98,9 +98,9 @@ def test_the_ensemble_takes_trt_llm_guided_decoding_inputs(server: Server, chat_
             "text_input": s(chat_text("Give a film as JSON.")), "max_tokens": np.array([120], dtype=np.int32),
             "top_k": np.array([40], dtype=np.int32), "temperature": np.array([0.8], dtype=np.float32),
             "seed": np.array([5], dtype=np.uint64), "stream": np.array([True]),
-            "guided_decoding_guide_type": s(kind), "guided_decoding_guide": s(guide)})
+            "guided_decoding_guide_type": s(kind), "guided_decoding_guide": s(guide)}, batched=True)
         assert result.error is None, result.error
-        return "".join(r["text_output"][0].decode() for r in result.responses)
+        return result.text()
 
     jsonschema.validate(json.loads(ensemble("json_schema", json.dumps(SCHEMAS[3]))), SCHEMAS[3])
     assert re.fullmatch("[A-Z]{3}-[0-9]{4}", ensemble("regex", "[A-Z]{3}-[0-9]{4}"))

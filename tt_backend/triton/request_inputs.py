@@ -4,7 +4,8 @@ Two schemas arrive here:
 - vllm_backend: `text_input`, `sampling_parameters` (JSON), `stream`, `exclude_input_in_output`,
   `return_*` flags; text comes back as `text_output` (with `logprobs` and `cumulative_logprob`
   when `return_logprobs` / `return_cumulative_logprob` are set).
-- TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `min_length`,
+- TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `min_tokens`
+  (or its older name `min_length`),
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repetition_penalty`, `presence_penalty`,
   `frequency_penalty`, `end_id`, `pad_id`, the string lists `stop_words` and `bad_words`, and
   `return_log_probs`, and the guided decoding pair `guided_decoding_guide_type` (json,
@@ -28,7 +29,7 @@ import numpy as np
 
 from tt_backend.sampling.params import SamplingParams, parse_float, parse_int
 
-_TRT_SCALARS = ("max_tokens", "min_length", "temperature", "top_k", "top_p", "min_p", "seed",
+_TRT_SCALARS = ("max_tokens", "min_length", "min_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
                 "repetition_penalty", "presence_penalty", "frequency_penalty", "end_id", "pad_id")
 _FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
           "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob", "return_log_probs",
@@ -82,6 +83,12 @@ def parse_generate_request(inputs: dict[str, np.ndarray]) -> GenerateRequest:
 
 
 def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
+    return SamplingParams.from_dict(sampling_values(inputs))
+
+
+def sampling_values(inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The vLLM-style sampling values of `sampling_parameters` and the TRT-LLM tensors together
+    (preprocessing sends them on to tt_llm as one `sampling_parameters` JSON)."""
     values: dict[str, Any] = {}
     raw_json = single_text(inputs, "sampling_parameters")
     if raw_json is not None and raw_json.strip():
@@ -118,7 +125,7 @@ def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
             raise ValueError(f"{sorted(tensors_choose)} given as input tensors and {sorted(json_chooses)} in "
                              "sampling_parameters: choose the sampling in one place")
         values.update(_trt_to_vllm(trt, greedy_default=not json_chooses))
-    return SamplingParams.from_dict(values)
+    return values
 
 
 def _guide(inputs: dict[str, np.ndarray]) -> dict[str, Any] | None:
@@ -147,8 +154,11 @@ def _trt_to_vllm(trt: dict[str, Any], greedy_default: bool = True) -> dict[str, 
     top_p = parse_float("top_p", trt.get("top_p", 0.0))
     if "max_tokens" in trt:
         out["max_tokens"] = parse_int("max_tokens", trt["max_tokens"])
-    if "min_length" in trt:
-        out["min_tokens"] = parse_int("min_length", trt["min_length"])
+    if "min_length" in trt and "min_tokens" in trt:
+        raise ValueError("give min_tokens (TRT-LLM's name now) or min_length, not both")
+    for name in ("min_length", "min_tokens"):
+        if name in trt:
+            out["min_tokens"] = parse_int(name, trt[name])
     if top_k == 0 and top_p == 0.0:
         if greedy_default:
             out["temperature"] = 0.0  # TRT-LLM: no top-k and no top-p means greedy

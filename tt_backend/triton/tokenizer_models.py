@@ -5,6 +5,11 @@ Preprocessing tokenizes `text_input` as sent (`apply_chat_template`, default fal
 ensemble does and as clients that template their own prompts (Triton's OpenAI frontend, ours)
 expect; with `apply_chat_template=true` it treats `text_input` as one user message and applies the
 model's chat template when the tokenizer has one.
+Both take and give TRT-LLM's tensors (tt_backend.triton.trtllm_inputs): preprocessing checks all
+of a TRT-LLM request and hands `tt_llm` its ids, one `sampling_parameters` JSON and the flags;
+postprocessing gives TRT-LLM's outputs with their batch (and beam) dimensions. Both are
+`max_batch_size: 0` with the batch dimension written out in their dims ([-1, 1]), which Triton's
+ensemble accepts between the batching `ensemble` and the unbatched `tt_llm`.
 Postprocessing is stateless: `tt_llm` sends with every `output_ids` the `context_ids` that
 decoding them exactly needs (see tt_backend.text.detokenizer).
 """
@@ -23,8 +28,8 @@ from tt_backend.text.detokenizer import delta_text
 from tt_backend.text.tokenizer import check_prompt_bytes, encode_chat, load_tokenizer, max_token_bytes
 from tt_backend.triton.errors import exception_response
 from tt_backend.triton.model_params import model_parameters, setup_logging, tokenizer_model_option
-from tt_backend.triton.request_inputs import single_text
 from tt_backend.triton.response_builder import string_tensor
+from tt_backend.triton.trtllm_inputs import parse_trtllm_request
 
 
 def _load(args: dict[str, str], known: set[str]) -> tuple[Any, dict[str, str], Path]:
@@ -62,6 +67,14 @@ class PreprocessingModel:
             return list(self.tokenizer(text).input_ids)
         return encode_chat(self.tokenizer, text)
 
+    def _word(self, ids: list[int]) -> str:
+        """A stop or bad word given as token ids (stop_words_list, bad_words_list) as its text."""
+        bad = next((t for t in ids if not 0 <= t < len(self.tokenizer)), None)
+        if bad is not None:
+            raise ValueError(f"a stop or bad word holds the token id {bad}, outside the vocabulary "
+                             f"[0, {len(self.tokenizer)})")
+        return str(self.tokenizer.decode(ids))
+
     def execute(self, requests: list[Any]) -> list[Any]:
         """One response per request, an error one for whatever its values break (never an
         exception out of execute, which would fail the whole batch)."""
@@ -74,18 +87,19 @@ class PreprocessingModel:
         return responses
 
     def _one(self, request: Any) -> Any:
-        # Optional in the configs only so that the ensemble reaches this check (config.pbtxt).
-        tensors = {name: pb_utils.get_input_tensor_by_name(request, name)
-                   for name in ("text_input", "max_tokens")}
-        missing = next((name for name, tensor in tensors.items() if tensor is None), None)
-        if missing is not None:
-            raise ValueError(f"the input {missing} is required")
-        text = single_text({"text_input": tensors["text_input"].as_numpy()}, "text_input")
-        assert text is not None
+        # Optional in the configs only so that the ensemble reaches the check of required inputs.
+        inputs = {t.name(): t.as_numpy() for t in request.inputs()}
+        parsed = parse_trtllm_request(inputs, self._word)
         if self._max_positions is not None:  # no tokenizing 10 MB
-            check_prompt_bytes("text_input", text, self._max_positions, self._token_bytes)
-        ids = np.array(self.encode(text), dtype=np.int32)
-        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("input_ids", ids)])
+            check_prompt_bytes("text_input", parsed.text, self._max_positions, self._token_bytes)
+        flags = {"llm_stream": parsed.stream, "llm_exclude_input_in_output": parsed.exclude_input_in_output,
+                 "llm_return_log_probs": parsed.return_log_probs,
+                 "llm_return_num_tokens": True}  # always: the counts cost nothing
+        # tt_llm's tensors, without a batch dimension (tt_llm is the vllm_backend-shaped model).
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("input_ids", np.array(self.encode(parsed.text), dtype=np.int32)),
+            pb_utils.Tensor("sampling_parameters", string_tensor(parsed.sampling_parameters)),
+            *(pb_utils.Tensor(name, np.array([value])) for name, value in flags.items())])
 
 
 class PostprocessingModel:
@@ -97,14 +111,34 @@ class PostprocessingModel:
         responses = []
         for request in requests:
             try:
-                new, context = (token_ids(request, name, self.vocab_size)
-                                for name in ("output_ids", "context_ids"))
-                text = delta_text(self.tokenizer, context, new)
-                responses.append(pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("text_output", string_tensor(text))]))
+                responses.append(pb_utils.InferenceResponse(output_tensors=self._outputs(request)))
             except Exception as exc:  # noqa: BLE001 (this request alone)
                 responses.append(exception_response(exc))
         return responses
+
+    def _outputs(self, request: Any) -> list[Any]:
+        """TRT-LLM's outputs for one response of tt_llm, with the batch (and beam) dimensions."""
+        new, context = (token_ids(request, name, self.vocab_size) for name in ("output_ids", "context_ids"))
+        text = delta_text(self.tokenizer, context, new)
+        log_probs = np.array(_floats(request, "llm_output_log_probs", [0.0] * len(new)), dtype=np.float32)
+        cumulative = np.array(_floats(request, "llm_cum_log_probs", [0.0])[:1], dtype=np.float32)
+        counts = {name: _floats(request, f"llm_{name}", [])
+                  for name in ("num_input_tokens", "num_output_tokens")}
+        # [batch, beam] and [batch, beam, tokens], as TRT-LLM's postprocessing shapes them
+        tensors = [pb_utils.Tensor("text_output", string_tensor(text).reshape(1, 1)),
+                   pb_utils.Tensor("output_log_probs", log_probs.reshape(1, 1, -1)),
+                   pb_utils.Tensor("cum_log_probs", cumulative.reshape(1, 1)),
+                   # One prompt, one sequence per request: TRT-LLM's indices are always 0.
+                   pb_utils.Tensor("batch_index", np.zeros((1, 1), dtype=np.int32)),
+                   pb_utils.Tensor("sequence_index", np.zeros((1, 1), dtype=np.int32))]
+        tensors += [pb_utils.Tensor(name, np.array(values[:1], dtype=np.int32).reshape(1, 1))
+                    for name, values in counts.items() if values]
+        return tensors
+
+
+def _floats(request: Any, name: str, default: list[float]) -> list[float]:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    return default if tensor is None else tensor.as_numpy().reshape(-1).tolist()
 
 
 def token_ids(request: Any, name: str, vocab_size: int) -> list[int]:
