@@ -132,7 +132,7 @@ EDGE: dict[str, ST[Json]] = {
     "structured_outputs": ODD_STRUCTURED,
     "guided_decoding": st.one_of(VALID_STRUCTURED, ODD_STRUCTURED),
     "logits_processors": st.sampled_from(('["nope"]', '[""]', '"x"', "[1]", "null")),
-    "n": st.sampled_from(("2", "0", "-1", '"2"', str(2**64))),
+    "n": st.sampled_from(("2", "0", "-1", '"2"', "129", str(2**64))),  # 2: several choices on the front
     "best_of": st.sampled_from(("1", "2", "0")),
     "prompt_logprobs": st.sampled_from(("0", "1")),
     "truncate_prompt_tokens": st.sampled_from(("1", "-1", "null")),

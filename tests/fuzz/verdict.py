@@ -160,16 +160,28 @@ def judge_http(request: FuzzRequest, status: int, content_type: str, body: bytes
     return Judgement("violation", "bad result", problem) if problem else OK
 
 
+def _choices(request: FuzzRequest) -> int:
+    """The choices a served request asked for (`n`; the front serves up to --max-n of them)."""
+    try:
+        n = json.loads(request.body).get("n", 1)
+    except (ValueError, AttributeError):
+        return 1
+    return n if isinstance(n, int) and not isinstance(n, bool) else 1
+
+
 def _bad_completion(request: FuzzRequest, reply: dict[str, Any]) -> str:
-    choice = reply["choices"][0]
-    if len(reply["choices"]) != 1 or choice["finish_reason"] not in FINISH_REASONS[1:]:
-        return f"choices {reply['choices']!r:.200}"
-    text = choice["message"]["content"] if request.target == "chat" else choice["text"]
-    if not isinstance(text, str | None):
-        return f"content {text!r:.100}"
+    n = _choices(request)
+    choices = reply["choices"]
+    if sorted(c["index"] for c in choices) != list(range(n)) or any(
+            c["finish_reason"] not in FINISH_REASONS[1:] for c in choices):
+        return f"choices {choices!r:.200}"
+    for choice in choices:
+        text = choice["message"]["content"] if request.target == "chat" else choice["text"]
+        if not isinstance(text, str | None):
+            return f"content {text!r:.100}"
     used = reply["usage"]["completion_tokens"]
-    if request.max_tokens is not None and used > request.max_tokens:
-        return f"{used} completion tokens for max_tokens={request.max_tokens}"
+    if request.max_tokens is not None and used > request.max_tokens * n:
+        return f"{used} completion tokens for max_tokens={request.max_tokens} x n={n}"
     return ""
 
 
@@ -186,6 +198,6 @@ def _bad_stream(request: FuzzRequest, body: bytes) -> str:
             if choice.get("finish_reason") not in FINISH_REASONS:
                 return f"finish_reason {choice.get('finish_reason')!r}"
             finishes += choice.get("finish_reason") is not None
-    if finishes != 1:
-        return f"{finishes} chunks with a finish_reason"
+    if finishes != _choices(request):
+        return f"{finishes} chunks with a finish_reason for n={_choices(request)}"
     return ""

@@ -56,12 +56,14 @@ def test_the_default_options_at_avx2_answer_as_the_engine_does(avx2_server: Serv
 
 def test_the_startup_log_shows_only_avx2_implementations(avx2_server: Server) -> None:
     log = avx2_server.log_text()
-    start = log.index("compute: cpu_isa=avx2, float32 (linear weights bfloat16)")
+    # weight_dtype=auto at avx2: the default GGUF's blocks kept (fp32 activations)
+    start = log.index("compute: cpu_isa=avx2, float32 (linear weights: the GGUF's quantized blocks)")
     plan = log[start:].splitlines()[:8]
     ops = dict(line.strip().split(": ", 1) for line in plan[1:])
     assert ops == {
-        "linear layers and LM head": "tt_backend_avx2::wide_linear: bf16 weights streamed up to 64 rows, "
-                                     "widened for the fp32 GEMM beyond",
+        "linear layers and LM head": "tt_backend_avx2::quant_linear on the GGUF's blocks (listed per layer "
+                                     "at load); others: tt_backend_avx2::wide_linear: bf16 weights streamed "
+                                     "up to 64 rows, widened for the fp32 GEMM beyond",
         "decode attention": "native tt_backend_avx2::paged_decode_attention",
         "prefill attention": "torch SDPA",
         "rms_norm / add_rms_norm": "native tt_backend_avx2::rms_norm",

@@ -203,3 +203,21 @@ def test_openapi_describes_the_request_bodies(front: tuple[TestClient, Any]) -> 
     assert {"messages", "n", "seed", "chat_template_kwargs", "continue_final_message"} <= set(fields)
     assert fields["messages"]["items"] == {"$ref": "#/components/schemas/Message"}
     assert "prompt" in schema["components"]["schemas"]["CompletionRequest"]["properties"]
+
+
+def test_sampling_parameters_take_the_engines_forms_and_the_fronts_own_fields_stay_strict() -> None:
+    # SamplingParams.from_dict's forms (a number or a boolean as a string, an integer as 2.0), as
+    # the front took them before its models; the front's own fields (stream, echo, n) are strict JSON
+    call = chat_call({"messages": MESSAGES, "temperature": "0.5", "top_k": 2.0, "top_p": " 0.9",
+                      "ignore_eos": " TRUE ", "skip_special_tokens": "False", "min_tokens": "1",
+                      "stop_token_ids": ["7", 8.0], "max_completion_tokens": "3"}, render)
+    expected = {"temperature": 0.5, "top_k": 2, "top_p": 0.9, "ignore_eos": True,
+                "skip_special_tokens": False, "min_tokens": 1, "stop_token_ids": [7, 8], "max_tokens": 3}
+    assert {k: call.sampling[k] for k in expected} == expected
+    for field, value, message in (
+            ("stream", "yes", "stream: Input should be a valid boolean, got 'yes'"),
+            ("top_k", 2.5, "top_k: Input should be a valid integer, got 2.5"),
+            ("ignore_eos", "no", "ignore_eos: Input should be a valid boolean, got 'no'")):
+        with pytest.raises(BadRequest) as refused:
+            chat_call({"messages": MESSAGES, field: value}, render)
+        assert (str(refused.value), refused.value.param) == (message, field)

@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     Tag,
     ValidationError,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     WrapValidator,
     field_validator,
@@ -28,6 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from tt_backend.openai_front.errors import BadRequest
+from tt_backend.openai_front.sampling_forms import SAMPLING_FORMS, sampling_form
 
 _INT64 = (-(2**63), 2**63 - 1)
 M = TypeVar("M", bound=BaseModel)
@@ -195,6 +197,11 @@ class GenerateRequest(OpenAIModel):
     guided_decoding_backend: Any = only_default(None, why="one structured-output backend")
     guided_whitespace_pattern: Any = only_default(None)
     structural_tag: Any = only_default(None)
+
+    @field_validator(*SAMPLING_FORMS, mode="before", check_fields=False)
+    @classmethod
+    def _sampling_forms(cls, value: Any, info: ValidationInfo) -> Any:
+        return sampling_form(value, info)
 
 
 class ChatTemplateFields(OpenAIModel):

@@ -14,7 +14,15 @@ from typing import Any
 
 from tt_backend.contract.limits import RequestLimits
 from tt_backend.sampling.structured import StructuredOutputs
-from tt_backend.sampling.values import MAX_INT, MAX_TOKEN_ID, check_text, parse_float, parse_int, short
+from tt_backend.sampling.values import (
+    MAX_INT,
+    MAX_TOKEN_ID,
+    check_text,
+    parse_bool,
+    parse_float,
+    parse_int,
+    short,
+)
 
 GREEDY_EPS = 1e-5
 """A temperature below this decodes greedily (vLLM's _SAMPLING_EPS)."""
@@ -180,14 +188,6 @@ def _as_optional_int(name: str, value: Any) -> int | None:
     return None if value is None else parse_int(name, value)
 
 
-def _as_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ValueError(f"{name} must be a boolean, got {short(value)}")
-
-
 def _as_int_tuple(name: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, list | tuple):
         raise ValueError(f"{name} must be a list of integers, got {short(value)}")
@@ -218,7 +218,7 @@ def _as_bias(name: str, value: Any) -> tuple[tuple[int, float], ...]:
     return tuple(sorted((parse_int(name, k), parse_float(name, v)) for k, v in value.items()))
 
 
-_PARSER_BY_TYPE = {"int": parse_int, "float": parse_float, "bool": _as_bool,
+_PARSER_BY_TYPE = {"int": parse_int, "float": parse_float, "bool": parse_bool,
                    "int | None": _as_optional_int, "tuple[int, ...]": _as_int_tuple,
                    "tuple[int, ...] | None": _as_optional_int_tuple, "tuple[str, ...]": _as_str_tuple,
                    "tuple[tuple[int, float], ...]": _as_bias,

@@ -47,6 +47,15 @@ def parse_int(name: str, value: Any) -> int:
     return number
 
 
+def parse_bool(name: str, value: Any) -> bool:
+    """A boolean, or the string true / false in any case, spaces around it ignored."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"{name} must be a boolean, got {short(value)}")
+
+
 def parse_float(name: str, value: Any) -> float:
     """A finite number (NaN, infinities and ints beyond a double are refused, naming the field)."""
     number: float | None = None
