@@ -7,8 +7,10 @@ Requests are built as the clients build them:
   return_num_input_tokens / return_num_output_tokens [[True]]); `_create_vllm_generate_request`
   sends text_input, stream, exclude_input_in_output, sampling_parameters (JSON of the request's
   sampling fields), return_logprobs and return_num_* as [value] to the vllm_backend model.
-- genai-perf's TRT-LLM mode: {"text_input": [prompt], "max_tokens": [n], "stream": [true]} rows,
-  sent by perf_analyzer with the batch dimension from the model's metadata: our gRPC [1, 1] tensors.
+- genai-perf's TRT-LLM mode: {"text_input": [prompt], "max_tokens": [n], "stream": [true]} rows
+  (and "min_length": [n] with --output-tokens-mean-deterministic; genai-perf 0.0.16
+  inputs/converters/tensorrtllm_converter.py), sent by perf_analyzer with the batch dimension from
+  the model's metadata: our gRPC [1, 1] tensors.
 The frontend's in-process `tritonserver` package is not in the nvidia-pytriton wheel, so its
 tensors are replayed here over gRPC.
 """
@@ -89,6 +91,21 @@ def test_genai_perf_trtllm_rows_over_http_give_hf_greedy_text(server: Server, mo
     assert "".join(e["text_output"] for e in events) == expected[0]
     whole = http_generate(server.http, model, {**body, "exclude_input_in_output": True})
     assert whole["status"] == 200 and whole["text_output"] == expected[0]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_genai_perf_deterministic_rows_send_min_length(server: Server, model: str, chat_text: Any,
+                                                       expected: tuple[str, int, int]) -> None:
+    # genai-perf 0.0.16 (inputs/converters/tensorrtllm_converter.py, --output-tokens-mean-deterministic)
+    # sends TRT-LLM's older name min_length with max_tokens: every answer is exactly that long
+    long = expected[2] + 6
+    inputs = frontend_trtllm_inputs(chat_text(PROMPT), True, long, min_length=i32([[long]]))
+    result = grpc_stream(server.grpc, model, inputs)
+    assert result.error is None, result.error
+    assert counts(result) == (expected[1], long) and result.text().startswith(expected[0])
+    both = grpc_stream(server.grpc, model, {**inputs, "min_tokens": i32([[long]])})
+    assert both.error is not None
+    assert "give min_tokens (TRT-LLM's name now) or min_length, not both" in both.error
 
 
 @pytest.mark.parametrize("model", MODELS)

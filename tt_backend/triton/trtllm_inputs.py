@@ -26,7 +26,7 @@ import numpy as np
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.triton.request_inputs import sampling_values, single_text
 
-SAMPLING_INPUTS = ("max_tokens", "min_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
+SAMPLING_INPUTS = ("max_tokens", "min_tokens", "min_length", "temperature", "top_k", "top_p", "min_p", "seed",
                    "repetition_penalty", "presence_penalty", "frequency_penalty", "end_id", "pad_id",
                    "guided_decoding_guide_type", "guided_decoding_guide")
 FLAGS = ("stream", "exclude_input_in_output", "return_log_probs", "return_num_input_tokens",
