@@ -38,10 +38,13 @@ def build_torch_engine(config: EngineConfig) -> LLMEngine:
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
     gguf = gguf_source(config.model) if ComputePlan.may_keep_blocks(device, config.weight_dtype) else None
-    quantized = GgufLinears.read(gguf) if gguf is not None else None
     plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
-                               weight_dtype=config.weight_dtype,
-                               quantized_checkpoint=bool(quantized and quantized.tensors))
+                               weight_dtype=config.weight_dtype, quantized_checkpoint=gguf is not None)
+    # The blocks are read (~the file's size) only when the plan keeps them, not when it widens.
+    quantized = GgufLinears.read(gguf) if gguf is not None and plan.quantized else None
+    if plan.quantized and not (quantized and quantized.tensors):  # a GGUF without quantized linears
+        plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
+                                   weight_dtype=config.weight_dtype, quantized_checkpoint=False)
     logger.info("%s", plan.describe())
     dtype = plan.activations
     registry = build_registry("torch", extra_models_dir=config.extra_models_dir,

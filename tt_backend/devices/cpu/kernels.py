@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from tt_backend.devices.cpu.build_lock import clear_stale_lock
 from tt_backend.devices.cpu.isa import LEVEL_FLAGS, IsaLevel, probe
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,7 @@ def _build(level: IsaLevel) -> str | None:
     try:
         from torch.utils.cpp_extension import load
 
+        clear_stale_lock(f"{namespace(level)}_kernels")
         load(name=f"{namespace(level)}_kernels", sources=[str(p) for p in SOURCES], extra_cflags=flags,
              extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
     except Exception as exc:  # no compiler, or a failed build: the torch path still works

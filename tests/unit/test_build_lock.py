@@ -1,0 +1,38 @@
+"""A killed native build's lock file is removed once it is stale, never while a build may hold it."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from tt_backend.devices.cpu import build_lock
+from tt_backend.devices.cpu.build_lock import STALE_AFTER_S, clear_stale_lock
+
+
+@pytest.fixture
+def lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    folder = tmp_path / "tt_backend_test_kernels"
+    folder.mkdir()
+    return folder / "lock"
+
+
+def test_a_fresh_lock_is_kept(lock: Path) -> None:
+    lock.touch()
+    assert not clear_stale_lock("tt_backend_test_kernels")
+    assert lock.exists()
+
+
+def test_a_stale_lock_is_removed(lock: Path, caplog: pytest.LogCaptureFixture) -> None:
+    lock.touch()
+    old = time.time() - STALE_AFTER_S - 1
+    os.utime(lock, (old, old))
+    with caplog.at_level("WARNING", logger=build_lock.__name__):
+        assert clear_stale_lock("tt_backend_test_kernels")
+    assert not lock.exists()
+    assert "removed the stale build lock" in caplog.text and str(lock) in caplog.text
+
+
+def test_no_lock_is_nothing_to_do(lock: Path) -> None:
+    assert not clear_stale_lock("tt_backend_test_kernels")
