@@ -8,6 +8,7 @@ head once; the embedding reads one row a token).
 
     .venv/bin/python bench/weight_dtype.py                    # c=1, 128 tokens, 3 rounds
     .venv/bin/python bench/weight_dtype.py --cpu-isa avx2
+    .venv/bin/python bench/weight_dtype.py --settings q8_0,q4_0,quantized,bfloat16   # quantized at load too
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--settings", default="quantized,bfloat16",
+                        help="weight_dtype values, comma-separated (q8_0 / q4_0: quantized at load)")
     args = parser.parse_args()
-    settings = ("quantized", "bfloat16")
+    settings = tuple(args.settings.split(","))
     gguf = gguf_source("")
     assert gguf is not None
     best = dict.fromkeys(settings, 0.0)
@@ -74,7 +77,9 @@ def main() -> None:
         nbytes, dtypes = step_bytes(weight_dtype, args.dtype, args.cpu_isa)
         print(f"  weight_dtype={weight_dtype:<9} {best[weight_dtype]:7.1f} tok/s  {nbytes / 1e6:6.1f} MB of "
               f"linear weights read per token  ({dtypes})")
-    print(f"  quantized / bfloat16: {best['quantized'] / best['bfloat16']:.2f}x")
+    for weight_dtype in settings:
+        if "bfloat16" in settings and weight_dtype != "bfloat16":
+            print(f"  {weight_dtype} / bfloat16: {best[weight_dtype] / best['bfloat16']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ Dtype = Literal["auto", "bfloat16", "float32", "float16"]
 DeviceName = Literal["auto", "cpu", "cuda", "tt"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
-WeightDtypeName = Literal["auto", "quantized", "bfloat16", "float32"]
+WeightDtypeName = Literal["auto", "quantized", "bfloat16", "float32", "q8_0", "q4_0"]
 
 # Option names accepted besides the field's own (after the `tt.` prefix is removed).
 _ALIASES = {"MESH_DEVICE": "mesh_device"}
@@ -52,7 +52,7 @@ class EngineConfig:
     """auto: bfloat16 on CUDA and on CPUs with AVX-512; below AVX-512, float32 activations with
     bfloat16 linear weights (see devices/cpu/compute_plan.py)."""
     weight_dtype: WeightDtypeName = "auto"
-    """GGUF Q8_0/Q4_0/Q4_1 linears (CPU): quantized keeps the blocks; auto too, unless bf16 runs on oneDNN."""
+    """CPU linears: quantized (auto: unless bf16 runs on oneDNN) keep a GGUF's blocks; q8_0/q4_0 quantize."""
     device: DeviceName = "auto"
     """cpu, cuda, tt (a Tenstorrent mesh through ttnn), or auto: tt when ttnn imports and reports
     a device, else cuda when torch sees one, else cpu."""

@@ -1,9 +1,10 @@
 """The quantized linear layers of a GGUF checkpoint, read as the file holds them, and the swap of a
 loaded model's layers onto them (`weight_dtype=quantized`, and `auto` where the plan keeps them:
-devices/cpu/compute_plan.py).
+devices/cpu/compute_plan.py). The swap, `swap_in_blocks`, also serves the blocks that
+`weight_dtype=q8_0` / `q4_0` quantize at load (models/quantize_at_load.py).
 
 The model itself still loads from the converted fp32 checkpoint (`checkpoint.py`: transformers
-dequantizes the GGUF); this module reads the same file's Q8_0 / Q4_0 / Q4_1 blocks with
+dequantizes the GGUF); this module reads the same file's Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K blocks with
 `gguf.GGUFReader` and replaces each linear layer (and the token embedding) whose blocks dequantize
 to exactly the weight that was loaded: the check runs at load, so a tensor the conversion treated
 differently stays dense rather than serving other weights.
@@ -38,7 +39,8 @@ from tt_backend.models.checkpoint import default_gguf_path
 
 logger = logging.getLogger(__name__)
 
-_GGUF_TYPES: dict[str, QuantFormat] = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1"}
+_GGUF_TYPES: dict[str, QuantFormat] = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q4_K": "q4_k",
+                                       "Q5_K": "q5_k", "Q6_K": "q6_k"}
 _LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                 "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
                 "ffn_down": "mlp.down_proj"}
@@ -77,7 +79,11 @@ class GgufLinears:
                 continue
             cols = int(t.shape[0])  # ggml lists the fastest dimension first
             blocks = torch.from_numpy(np.array(t.data, dtype=np.uint8)).reshape(int(t.shape[1]), -1)
-            weight = QuantizedTensor(fmt, blocks, cols)
+            try:
+                weight = QuantizedTensor(fmt, blocks, cols)
+            except ValueError as exc:  # e.g. a K-quant row not whole super-blocks of 256: stays dense
+                logger.warning("GGUF tensor %s kept dense: %s", t.name, exc)
+                continue
             if arch in _PERMUTED_ARCHS and name.endswith(("q_proj.weight", "k_proj.weight")) and heads:
                 weight = _unpermute(weight, heads if "q_proj" in name else kv_heads)
             tensors[name] = weight
@@ -118,9 +124,18 @@ def _unpermute(weight: QuantizedTensor, heads: int) -> QuantizedTensor:
 def use_quantized_layers(module: nn.Module, source: GgufLinears, plan: ComputePlan) -> list[str]:
     """Replace each linear layer (and the token embedding) of `module` whose weight the GGUF holds in
     blocks by one computing on the blocks; return the startup log's lines (layer, format, kernel)."""
+    lines = swap_in_blocks(module, source.tensors, plan, exact=True)
+    return [f"weights: {source.path.name} quantized blocks kept:", *lines]
+
+
+def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: ComputePlan,
+                   exact: bool) -> list[str]:
+    """Replace each linear layer and embedding of `module` whose weight `blocks` holds (by HF name,
+    or by the fused layer's own) by one computing on them; `exact`: only where they dequantize to the
+    loaded weight (else the layer stays dense). Returns the log's lines (layer, format, kernel)."""
     kernels = plan.kernels
     assert kernels is not None, "quantized layers run on the native kernels"
-    tensors = dict(source.tensors)
+    tensors = dict(blocks)
     if "lm_head.weight" not in tensors and "model.embed_tokens.weight" in tensors \
             and getattr(getattr(module, "spec", None), "tie_word_embeddings", False):
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
@@ -131,7 +146,7 @@ def use_quantized_layers(module: nn.Module, source: GgufLinears, plan: ComputePl
         if weight is None:
             continue
         assert isinstance(child, nn.Linear | nn.Embedding)
-        layer = _quantized(child, weight, kernels, plan.activations)
+        layer = _quantized(child, weight, kernels, plan.activations, exact)
         if layer is None:
             dense.append(name)
             continue
@@ -144,14 +159,16 @@ def use_quantized_layers(module: nn.Module, source: GgufLinears, plan: ComputePl
                  f"dequantized in bands for torch's fp32 GEMM beyond); embedding rows dequantized on lookup")
     if dense:
         lines.append(f"  kept dense (the blocks did not dequantize to the loaded weight): {', '.join(dense)}")
-    return [f"weights: {source.path.name} quantized blocks kept:", *lines]
+    return lines
 
 
 def _weight_for(name: str, child: nn.Module, tensors: dict[str, QuantizedTensor]) -> QuantizedTensor | None:
     if not isinstance(child, nn.Linear | nn.Embedding):
         return None
     prefix, _, leaf = name.rpartition(".")
-    parts = [f"{prefix}.{p}.weight" if prefix else f"{p}.weight" for p in _FUSED.get(leaf, (leaf,))]
+    own = f"{name}.weight"
+    parts = [own] if own in tensors else [f"{prefix}.{p}.weight" if prefix else f"{p}.weight"
+                                          for p in _FUSED.get(leaf, (leaf,))]
     if not all(p in tensors for p in parts):
         return None
     try:
@@ -161,10 +178,12 @@ def _weight_for(name: str, child: nn.Module, tensors: dict[str, QuantizedTensor]
 
 
 def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels: CpuKernels,
-               dtype: torch.dtype) -> nn.Module | None:
+               dtype: torch.dtype, exact: bool) -> nn.Module | None:
     loaded = child.weight.detach()
-    exact = kernels.dequantize_blocks(weight.blocks, FORMAT_IDS[weight.format], weight.cols)
-    if tuple(loaded.shape) != tuple(exact.shape) or not torch.equal(exact.to(loaded.dtype), loaded):
+    if tuple(loaded.shape) != (weight.rows, weight.cols):
+        return None
+    if exact and not torch.equal(kernels.dequantize_blocks(weight.blocks, FORMAT_IDS[weight.format],
+                                                           weight.cols).to(loaded.dtype), loaded):
         return None
     if isinstance(child, nn.Embedding):
         return QuantizedEmbedding(weight, dtype, kernels)

@@ -16,6 +16,7 @@ from tt_backend.devices.cpu.linears import convert_linears
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.gguf_linears import GgufLinears, use_quantized_layers
 from tt_backend.models.llama_ops import NativeKernelModel
+from tt_backend.models.quantize_at_load import quantize_at_load
 from tt_backend.models.registry import ModelRegistry, build_registry
 from tt_backend.models.spec import ModelSpec
 from tt_backend.models.weights import load_safetensors
@@ -41,7 +42,8 @@ def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | Non
                quantized: GgufLinears | None = None) -> LoadedModel:
     """The checkpoint's registered implementation with its weights, laid out as `plan` says;
     `registry` None: the builtin torch implementations only. `quantized` (with `plan.quantized`):
-    the GGUF's blocks that the linear layers they match compute on."""
+    the GGUF's blocks that the linear layers they match compute on; `plan.quantize_to`: the linear
+    layers are quantized to it at load instead."""
     hf_config = read_hf_config(model_dir)
     registry = registry or build_registry("torch", extra_models_dir="", builtin=True)
     entry = registry.find(hf_config.get("architectures") or [])
@@ -55,7 +57,9 @@ def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | Non
     module.load_state_dict(state, strict=True, assign=True)
     module.to(plan.device).eval().requires_grad_(False)
     select_kernels(module, plan)
-    if plan.quantized and quantized is not None:
+    if plan.quantize_to is not None:
+        logger.info("%s", "\n".join(quantize_at_load(module, plan, model_dir.name)))
+    elif plan.quantized and quantized is not None:
         logger.info("%s", "\n".join(use_quantized_layers(module, quantized, plan)))
     convert_linears(module, plan)
     return LoadedModel(module, spec, entry.arch, cls.capabilities)  # type: ignore[attr-defined]

@@ -21,6 +21,9 @@ them unless the dense plan would run bf16 activations on oneDNN / AMX (dtype=aut
 amx, or dtype=bfloat16): there the widened bf16 GEMM serves batched decode faster (measured on a
 Zen 5 with AMX-class bf16: c=32 at 0.48x with the blocks, c=1 at 1.32x; `bench/weight_dtype.py`),
 while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measured.
+`q8_0` / `q4_0` quantize any checkpoint's linear layers at load (`devices/cpu/quantize.py`,
+`models/quantize_at_load.py`) and serve them as `quantized` serves a GGUF's; they need the native
+kernels on the CPU and refuse anything else.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch
 
 from tt_backend.devices.cpu.isa import CpuCapabilities, IsaLevel, probe
 from tt_backend.devices.cpu.kernels import CpuKernels, KernelsUnavailable, load_kernels
+from tt_backend.devices.cpu.quant import QuantFormat
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +48,9 @@ PREPACK_LEVELS: tuple[IsaLevel, ...] = ("avx512", "avx512_bf16", "amx")
 """Levels where oneDNN's bf16 prepacked matmuls run (an explicit dtype=bfloat16 takes them)."""
 
 LinearPath = Literal["onednn_packed", "amx_tiles", "wide_bf16", "torch"]
-WEIGHT_DTYPES = ("auto", "quantized", "bfloat16", "float32")
+WEIGHT_DTYPES = ("auto", "quantized", "bfloat16", "float32", "q8_0", "q4_0")
+QUANTIZE_AT_LOAD: dict[str, QuantFormat] = {"q8_0": "q8_0", "q4_0": "q4_0"}
+"""The weight_dtype values that quantize the linear layers at load, and their block format."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,8 @@ class ComputePlan:
     quantized: bool = False
     """The checkpoint's quantized linear layers keep their blocks (`quant_linear`); `linear` and
     `weights` are the path of the others."""
+    quantize_to: QuantFormat | None = None
+    """weight_dtype=q8_0 / q4_0: the format the linear layers are quantized to at load (`quantized`)."""
 
     @classmethod
     def resolve(cls, device: torch.device, dtype: str = "auto", cpu_isa: str = "auto",
@@ -77,7 +85,11 @@ class ComputePlan:
         if weight_dtype == "float32" and dtype not in ("auto", "float32"):
             raise ValueError(f"weight_dtype=float32 with dtype={dtype}: the linear weights would be wider "
                              "than the activations; use weight_dtype=auto or bfloat16")
+        quantize_to = QUANTIZE_AT_LOAD.get(weight_dtype)
         if device.type != "cpu":
+            if quantize_to is not None:
+                raise ValueError(f"weight_dtype={weight_dtype}: blocks quantized at load run on the native "
+                                 f"CPU kernels, not on {device.type}; use weight_dtype=auto there")
             if cpu_kernels == "native":
                 raise ValueError(f"cpu_kernels=native: the native kernels run on the CPU, not on "
                                  f"{device.type}")
@@ -85,9 +97,13 @@ class ComputePlan:
             return cls(device, act, act, "torch")
         level = (caps or probe()).resolve(cpu_isa)
         kernels = _kernels(level, cpu_kernels)
+        if quantize_to is not None and kernels is None:
+            raise ValueError(f"weight_dtype={weight_dtype}: blocks quantized at load run on the native CPU "
+                             f"kernels, which are off (cpu_kernels={cpu_kernels}"
+                             f"{'' if cpu_kernels == 'torch' else ': they could not be built, see above'})")
         bf16_dense = dtype == "bfloat16" or (dtype == "auto" and level in BF16_LEVELS)
         keep = weight_dtype == "quantized" or (weight_dtype == "auto" and not bf16_dense)
-        quantized = keep and quantized_checkpoint and kernels is not None
+        quantized = (keep and quantized_checkpoint and kernels is not None) or quantize_to is not None
         if keep and quantized_checkpoint and kernels is None:
             logger.warning("weight_dtype=%s: the GGUF's quantized blocks run on the native kernels, which "
                            "are off; widening them", weight_dtype)
@@ -100,7 +116,7 @@ class ComputePlan:
         if weight_dtype in DTYPES and kernels is not None or weight_dtype == "float32":
             weights = DTYPES[weight_dtype]
         return cls(device, act, weights, _linear_path(level, act, weights, kernels), level, kernels,
-                   cpu_kernels == "native", quantized)
+                   cpu_kernels == "native", quantized, quantize_to)
 
     @staticmethod
     def may_keep_blocks(device: torch.device, weight_dtype: str) -> bool:
@@ -112,8 +128,13 @@ class ComputePlan:
         names = {v: k for k, v in DTYPES.items()}
         act, w = names[self.activations], names[self.weights]
         if self.quantized:
-            return f"{act} (linear weights: the GGUF's quantized blocks)"
+            return f"{act} (linear weights: {self._blocks})"
         return act if act == w else f"{act} (linear weights {w})"
+
+    @property
+    def _blocks(self) -> str:
+        return f"{self.quantize_to} blocks quantized at load" if self.quantize_to else \
+            "the GGUF's quantized blocks"
 
     def op_paths(self) -> dict[str, str]:
         """Each op of a step and the implementation it takes (what the startup log lists)."""
@@ -129,7 +150,7 @@ class ComputePlan:
             "torch": "torch F.linear",
         }[self.linear]
         if self.quantized:
-            linear = f"{ns}quant_linear on the GGUF's blocks (listed per layer at load); others: {linear}"
+            linear = f"{ns}quant_linear on {self._blocks} (listed per layer at load); others: {linear}"
         return {
             "linear layers and LM head": linear,
             "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",

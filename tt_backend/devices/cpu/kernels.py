@@ -15,7 +15,8 @@ library per instruction-set level (`isa.py`).
   (`tile_linear_supported`). `linear` runs it up to a row count and oneDNN's kernel beyond;
   `devices/cpu/linears.py` uses that.
 - csrc/quant_linear.cpp: `quant_linear`, fp32 (or bf16) activations times a weight held as GGUF blocks
-  (Q8_0, Q4_0, Q4_1; `devices/cpu/quant.py`), and `dequantize_blocks`, the blocks as fp32.
+  (Q8_0, Q4_0, Q4_1, and the K-quants Q4_K, Q5_K, Q6_K read from csrc/quant_k.h, which it includes;
+  `devices/cpu/quant.py`), and `dequantize_blocks`, the blocks as fp32.
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the

@@ -6,9 +6,18 @@ A block holds 32 consecutive weights of one row (ggml's layouts, csrc/quant_line
     q4_0  [fp16 d][16 bytes of nibbles]         w = (q - 8) * d       18 bytes (4.5 bits)
     q4_1  [fp16 d][fp16 m][16 bytes of nibbles] w = q * d + m         20 bytes (5 bits)
 
-(nibble byte j: weight j in the low half, weight j + 16 in the high half). A dequantized weight is
-exact in fp32, so a model computed in fp32 on the blocks is the fp32 model of the dequantized
-weights; only the order of the fp32 sums differs from a dense matmul's.
+(nibble byte j: weight j in the low half, weight j + 16 in the high half). The K-quants hold super-blocks
+of 256 weights, 8 or 16 sub-blocks with their own integer scales (csrc/quant_k.h has the layouts):
+
+    q4_k  [fp16 d][fp16 dmin][12 B: 6-bit scales, mins][128 B nibbles]   w = d sc q - dmin m   144 B (4.5)
+    q5_k  [fp16 d][fp16 dmin][12 B scales, mins][32 B 5th bits][128 B]  w = d sc q - dmin m   176 B (5.5)
+    q6_k  [128 B low nibbles][64 B 2-bit highs][16 x int8 sc][fp16 d]   w = d sc (q - 32)     210 B (6.56)
+
+so a K-quant row must be a whole number of 256 weights (a tensor of other widths cannot be held so;
+llama.cpp's quantizer gives such tensors another type). A dequantized weight is exact in fp32 (its
+products are: only the subtraction of a min rounds, as in ggml), so a model computed in fp32 on the
+blocks is the fp32 model of the dequantized weights; only the order of the fp32 sums differs from a
+dense matmul's.
 
 `QuantizedLinear` runs `quant_linear` (streamed from the blocks at decode sizes, dequantized band by
 band into torch's fp32 GEMM beyond); `QuantizedEmbedding` dequantizes only the rows it looks up.
@@ -24,12 +33,17 @@ from torch import nn
 
 from tt_backend.devices.cpu.kernels import CpuKernels
 
-QuantFormat = Literal["q8_0", "q4_0", "q4_1"]
+QuantFormat = Literal["q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"]
 BLOCK = 32
-"""Weights per block."""
-BLOCK_BYTES: dict[QuantFormat, int] = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
-FORMAT_IDS: dict[QuantFormat, int] = {"q8_0": 0, "q4_0": 1, "q4_1": 2}
-"""The `format` argument of the native ops."""
+"""Weights per block of q8_0 / q4_0 / q4_1."""
+QK_K = 256
+"""Weights per super-block of the K-quants."""
+BLOCK_BYTES: dict[QuantFormat, int] = {"q8_0": 34, "q4_0": 18, "q4_1": 20,
+                                       "q4_k": 144, "q5_k": 176, "q6_k": 210}
+BLOCK_WEIGHTS: dict[QuantFormat, int] = {"q8_0": BLOCK, "q4_0": BLOCK, "q4_1": BLOCK,
+                                         "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K}
+FORMAT_IDS: dict[QuantFormat, int] = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3, "q5_k": 4, "q6_k": 5}
+"""The `format` argument of the native ops (csrc/quant_k.h's Format)."""
 STREAM_ROWS = {"portable": 1, "neon": 1, "avx2": 2}
 """Rows up to which `quant_linear` streams the blocks, by level (32 where not listed: the AVX-512
 kernel); beyond, the weight is dequantized band by band for torch's fp32 GEMM. Measured on the
@@ -40,15 +54,19 @@ at 1, 37.5 / 35.7 at 2."""
 
 @dataclass(frozen=True)
 class QuantizedTensor:
-    """A 2-d weight [rows, cols] as `blocks` [rows, cols / 32 * BLOCK_BYTES] uint8, row-major."""
+    """A 2-d weight [rows, cols] as `blocks` [rows, cols / BLOCK_WEIGHTS * BLOCK_BYTES] uint8, row-major."""
 
     format: QuantFormat
     blocks: torch.Tensor
     cols: int
 
     def __post_init__(self) -> None:
-        if self.cols % BLOCK or self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or \
-                self.blocks.shape[1] != self.cols // BLOCK * BLOCK_BYTES[self.format]:
+        per_block = BLOCK_WEIGHTS[self.format]
+        if self.cols <= 0 or self.cols % per_block:
+            raise ValueError(f"{self.format} blocks hold rows of whole blocks of {per_block} weights; "
+                             f"a row of {self.cols} weights cannot be held in them")
+        if self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or \
+                self.blocks.shape[1] != self.cols // per_block * BLOCK_BYTES[self.format]:
             raise ValueError(f"{self.format} blocks of shape {tuple(self.blocks.shape)} "
                              f"({self.blocks.dtype}) do not hold rows of {self.cols} weights")
 
@@ -81,9 +99,13 @@ def concat_rows(parts: list[QuantizedTensor]) -> QuantizedTensor:
 
 
 def dequantize_rows(blocks: torch.Tensor, fmt: QuantFormat, cols: int) -> torch.Tensor:
-    """blocks [..., cols / 32 * BLOCK_BYTES] uint8 -> fp32 [..., cols], as ggml's dequantize_row_*
-    computes (one multiply, then one add for q4_1), in torch ops (the reference of the kernels)."""
+    """blocks [..., cols / BLOCK_WEIGHTS * BLOCK_BYTES] uint8 -> fp32 [..., cols], as ggml's
+    dequantize_row_* computes (one multiply, then one add for q4_1), in torch ops (the reference of
+    the kernels)."""
     lead = blocks.shape[:-1]
+    if fmt in ("q4_k", "q5_k", "q6_k"):
+        sb = blocks.reshape(-1, cols // QK_K, BLOCK_BYTES[fmt])  # [rows, super-blocks, bytes]
+        return _dequantize_k(sb, fmt).reshape(*lead, cols)
     b = blocks.reshape(-1, cols // BLOCK, BLOCK_BYTES[fmt])  # [rows, blocks, bytes]
     d = b[..., 0:2].contiguous().view(torch.float16).float()  # [rows, blocks, 1]
     if fmt == "q8_0":
@@ -94,6 +116,34 @@ def dequantize_rows(blocks: torch.Tensor, fmt: QuantFormat, cols: int) -> torch.
         w = (q.float() - 8) * d if fmt == "q4_0" else q.float() * d + b[..., 2:4].contiguous().view(
             torch.float16).float()
     return w.reshape(*lead, cols)
+
+
+def _half(b: torch.Tensor) -> torch.Tensor:
+    return b.contiguous().view(torch.float16).float()
+
+
+def _dequantize_k(b: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """Super-blocks [rows, n, bytes] -> fp32 [rows, n, 256] (ggml-quants.c dequantize_row_q{4,5,6}_K;
+    the shapes follow gguf-py's gguf/quants.py)."""
+    rows, n = b.shape[:2]
+    if fmt == "q6_k":
+        ql, qh = b[..., :128].reshape(rows, n, 2, 1, 64), b[..., 128:192].reshape(rows, n, 2, 1, 32)
+        low = (ql >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)) & 15  # [rows, n, 2, 2, 64]
+        high = (qh >> torch.tensor([0, 2, 4, 6], dtype=torch.uint8).view(4, 1)) & 3  # [rows, n, 2, 4, 32]
+        q = (low.reshape(rows, n, 8, 32) | (high.reshape(rows, n, 8, 32) << 4)).to(torch.int8) - 32
+        scale = _half(b[..., 208:210]) * b[..., 192:208].contiguous().view(torch.int8).float()  # [rows,n,16]
+        return (scale.unsqueeze(-1) * q.reshape(rows, n, 16, 16).float()).reshape(rows, n, QK_K)
+    d, dmin, packed = _half(b[..., 0:2]), _half(b[..., 2:4]), b[..., 4:16].reshape(rows, n, 3, 4)
+    lo6, mins, top = packed[..., 0, :], packed[..., 1, :], packed[..., 2, :]  # get_scale_min_k4's bytes
+    sc = torch.cat([lo6 & 63, (top & 15) | ((lo6 >> 2) & 48)], dim=-1).float()  # [rows, n, 8]
+    m = torch.cat([mins & 63, (top >> 4) | ((mins >> 2) & 48)], dim=-1).float()
+    qs = b[..., -128:].reshape(rows, n, 4, 1, 32) >> torch.tensor([0, 4], dtype=torch.uint8).view(2, 1)
+    q = (qs & 15).reshape(rows, n, 8, 32)  # sub-block j: the low (j even) or high nibbles of 32 bytes
+    if fmt == "q5_k":
+        fifth = (b[..., 16:48].reshape(rows, n, 1, 32) >> torch.arange(8, dtype=torch.uint8).view(8, 1)) & 1
+        q = q | (fifth << 4)
+    w = (d * sc).unsqueeze(-1) * q.float() - (dmin * m).unsqueeze(-1)
+    return w.reshape(rows, n, QK_K)
 
 
 class QuantizedLinear(nn.Module):

@@ -1,13 +1,15 @@
-// Linear layers over GGUF quantized blocks, read as the file holds them (ggml's layouts, 32 weights a
-// block, each row of the weight a whole number of blocks):
+// Linear layers over GGUF quantized blocks, read as the file holds them (ggml's layouts; each row of
+// the weight a whole number of blocks):
 //
 //   Q8_0  [fp16 d][32 x int8 q]                 w = q * d             34 bytes
 //   Q4_0  [fp16 d][16 bytes of nibbles]         w = (q - 8) * d       18 bytes
 //   Q4_1  [fp16 d][fp16 m][16 bytes of nibbles] w = q * d + m         20 bytes
+//   Q4_K, Q5_K, Q6_K: super-blocks of 256 weights (144, 176, 210 bytes), read in chunks of 32 (quant_k.h)
 //
 // Nibble byte j holds weight j in its low half and weight j + 16 in its high half. Each weight is
-// dequantized as ggml's dequantize_row_* does (one fp32 multiply, one add for Q4_1, never fused), so
-// it equals the fp32 weight a dequantizing loader produces, bit for bit.
+// dequantized as ggml's dequantize_row_* does (one fp32 multiply, one add for Q4_1, never fused; the
+// K-quants' exact products then the subtraction of a min: quant_k.h), so it equals the fp32 weight a
+// dequantizing loader produces, bit for bit.
 //
 // - Up to `small_rows` rows (decode): each weight row's blocks are read once per group of input rows,
 //   dequantized in registers and multiplied into fp32 sums. Sum (r, n) runs in kLanes lanes over k
@@ -26,28 +28,21 @@
 
 #include "numerics.h"
 #include "ops_library.h"
+#include "quant_k.h"
 
 namespace {
 
-constexpr int64_t kQk = 32;  // weights per block
-enum Format : int64_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2, kF32 = 3 };  // kF32: a dequantized tile
-constexpr int64_t kBlockBytes[4] = {34, 18, 20, 128};
+using namespace tt_quant;  // formats, block sizes, half_at and the K-quant chunks
 constexpr int64_t kCols = 4;  // output columns per register block
 
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, sizeof(h));
-#ifdef TT_AVX2
-  return _cvtsh_ss(h);  // F16C: exact, as the software conversion
-#else
-  return tt_kernels::to_float(c10::Half(h, c10::Half::from_bits()));
-#endif
-}
-
-// The 32 weights of one block, in order.
+// The block_weights(F) weights of one block, in order.
 template <int64_t F>
 inline void dequant_block(const uint8_t* b, float* w) {
-  if constexpr (F == kF32) {
+  if constexpr (is_k(F)) {
+    KScales ks;
+    k_scales<F>(b, ks);
+    each_chunk<F>([&](auto j) { k_chunk<F>(b, ks, decltype(j)::value, w + decltype(j)::value * kQk); });
+  } else if constexpr (F == kF32) {
     std::memcpy(w, b, kQk * sizeof(float));
   } else if constexpr (F == kQ8_0) {
     const float d = half_at(b);
@@ -97,12 +92,23 @@ inline void dequant_pair(const uint8_t* b, __m512& lo, __m512& hi) {
   }
 }
 
+// Weights 0-15 and 16-31 of chunk j of one block (ks: a K super-block's k_scales).
+template <int64_t F>
+inline void chunk_pair(const uint8_t* b, const KScales& ks, int64_t j, __m512& lo, __m512& hi) {
+  if constexpr (is_k(F)) k_pair<F>(b, ks, j, lo, hi);
+  else dequant_pair<F>(b, lo, hi);
+}
+
 template <int64_t F>
 inline void dequant_store(const uint8_t* b, float* w) {
-  __m512 lo, hi;
-  dequant_pair<F>(b, lo, hi);
-  _mm512_storeu_ps(w, lo);
-  _mm512_storeu_ps(w + 16, hi);
+  KScales ks;
+  if constexpr (is_k(F)) k_scales<F>(b, ks);
+  each_chunk<F>([&](auto j) __attribute__((always_inline)) {
+    __m512 lo, hi;
+    chunk_pair<F>(b, ks, decltype(j)::value, lo, hi);
+    _mm512_storeu_ps(w + decltype(j)::value * kQk, lo);
+    _mm512_storeu_ps(w + decltype(j)::value * kQk + 16, hi);
+  });
 }
 
 inline float sum16(__m512 v) {  // the fixed tree: halves added, then sum8's tree
@@ -113,19 +119,26 @@ inline float sum16(__m512 v) {  // the fixed tree: halves added, then sum8's tre
 template <int64_t F, int64_t R, int64_t C>
 inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t nb, float (*out)[kCols],
                        int64_t ahead) {
-  constexpr int64_t B = kBlockBytes[F];
+  constexpr int64_t B = block_bytes(F), BW = block_weights(F);
   __m512 acc[R][C];
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  KScales ks[is_k(F) ? C : 1];
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead > 0 && (b & 1) == 0)
-      for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + b * B + ahead);
-    __m512 lo[C], hi[C];
-    for (int64_t c = 0; c < C; ++c) dequant_pair<F>(w[c] + b * B, lo[c], hi[c]);
-    for (int64_t r = 0; r < R; ++r) {
-      const __m512 xl = _mm512_loadu_ps(x[r] + b * kQk), xh = _mm512_loadu_ps(x[r] + b * kQk + 16);
-      for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xh, hi[c], _mm512_fmadd_ps(xl, lo[c], acc[r][c]));
-    }
+    if constexpr (is_k(F))
+      for (int64_t c = 0; c < C; ++c) k_scales<F>(w[c] + b * B, ks[c]);
+    each_chunk<F>([&](auto chunk) __attribute__((always_inline)) {
+      constexpr int64_t j = decltype(chunk)::value;
+      if (ahead > 0 && ((b * chunks(F) + j) & 1) == 0)  // a prefetch per 64 weights
+        for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + b * B + j * B / chunks(F) + ahead);
+      __m512 lo[C], hi[C];
+      for (int64_t c = 0; c < C; ++c) chunk_pair<F>(w[c] + b * B, ks[is_k(F) ? c : 0], j, lo[c], hi[c]);
+      const int64_t k = b * BW + j * kQk;
+      for (int64_t r = 0; r < R; ++r) {
+        const __m512 xl = _mm512_loadu_ps(x[r] + k), xh = _mm512_loadu_ps(x[r] + k + 16);
+        for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xh, hi[c], _mm512_fmadd_ps(xl, lo[c], acc[r][c]));
+      }
+    });
   }
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) out[r][c] = sum16(acc[r][c]);
@@ -153,29 +166,61 @@ inline __m256 dequant_eighth(const uint8_t* b, int64_t h) {
   }
 }
 
+// Weights 8h .. 8h + 7 of chunk j of one block; s and t: the chunk's (k_scale, k_bits), K formats only.
+template <int64_t F>
+inline __m256 chunk_eighth(const uint8_t* b, const Scale& s, const Bits& t, int64_t h) {
+  if constexpr (is_k(F)) return k_eighth<F>(b, t, s, h);
+  else return dequant_eighth<F>(b, h);
+}
+
+template <int64_t F>
+inline void chunk_meta(const KScales& ks, int64_t j, Scale& s, Bits& t) {
+  if constexpr (is_k(F)) {
+    s = k_scale<F>(ks, j);
+    t = k_bits<F>(j);
+  }
+}
+
 template <int64_t F>
 inline void dequant_store(const uint8_t* b, float* w) {
-  for (int64_t h = 0; h < 4; ++h) _mm256_storeu_ps(w + 8 * h, dequant_eighth<F>(b, h));
+  KScales ks;
+  if constexpr (is_k(F)) k_scales<F>(b, ks);
+  each_chunk<F>([&](auto j) __attribute__((always_inline)) {
+    Scale s{};
+    Bits t{};
+    chunk_meta<F>(ks, decltype(j)::value, s, t);
+    for (int64_t h = 0; h < 4; ++h)
+      _mm256_storeu_ps(w + decltype(j)::value * kQk + 8 * h, chunk_eighth<F>(b, s, t, h));
+  });
 }
 
 template <int64_t F, int64_t R, int64_t C>
 inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t nb, float (*out)[kCols],
                        int64_t ahead) {
-  constexpr int64_t B = kBlockBytes[F];
+  constexpr int64_t B = block_bytes(F), BW = block_weights(F);
   __m256 acc[R][C];
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  KScales ks[is_k(F) ? C : 1];
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead > 0 && (b & 1) == 0)
-      for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + b * B + ahead);
-    for (int64_t h = 0; h < 4; ++h) {
-      __m256 wv[C];
-      for (int64_t c = 0; c < C; ++c) wv[c] = dequant_eighth<F>(w[c] + b * B, h);
-      for (int64_t r = 0; r < R; ++r) {
-        const __m256 xv = _mm256_loadu_ps(x[r] + b * kQk + 8 * h);
-        for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+    if constexpr (is_k(F))
+      for (int64_t c = 0; c < C; ++c) k_scales<F>(w[c] + b * B, ks[c]);
+    each_chunk<F>([&](auto chunk) __attribute__((always_inline)) {
+      constexpr int64_t j = decltype(chunk)::value;
+      if (ahead > 0 && ((b * chunks(F) + j) & 1) == 0)  // a prefetch per 64 weights
+        for (int64_t c = 0; c < C; ++c) __builtin_prefetch(w[c] + b * B + j * B / chunks(F) + ahead);
+      Scale s[C] = {};
+      Bits t[C] = {};
+      for (int64_t c = 0; c < C; ++c) chunk_meta<F>(ks[is_k(F) ? c : 0], j, s[c], t[c]);
+      for (int64_t h = 0; h < 4; ++h) {
+        __m256 wv[C];
+        for (int64_t c = 0; c < C; ++c) wv[c] = chunk_eighth<F>(w[c] + b * B, s[c], t[c], h);
+        for (int64_t r = 0; r < R; ++r) {
+          const __m256 xv = _mm256_loadu_ps(x[r] + b * BW + j * kQk + 8 * h);
+          for (int64_t c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
       }
-    }
+    });
   }
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) out[r][c] = tt_kernels::sum8(acc[r][c]);
@@ -191,15 +236,15 @@ inline void dequant_store(const uint8_t* b, float* w) { dequant_block<F>(b, w); 
 template <int64_t F, int64_t R, int64_t C>
 inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t nb, float (*out)[kCols],
                        int64_t /*ahead*/) {
-  constexpr int64_t B = kBlockBytes[F];
+  constexpr int64_t B = block_bytes(F), BW = block_weights(F);
   float acc[R][C][kLanes] = {};
   for (int64_t b = 0; b < nb; ++b) {
-    float wv[C][kQk];
+    float wv[C][BW];
     for (int64_t c = 0; c < C; ++c) dequant_block<F>(w[c] + b * B, wv[c]);
     for (int64_t r = 0; r < R; ++r)
       for (int64_t c = 0; c < C; ++c)
-        for (int64_t k = 0; k < kQk; k += kLanes)
-          for (int64_t l = 0; l < kLanes; ++l) acc[r][c][l] += x[r][b * kQk + k + l] * wv[c][k + l];
+        for (int64_t k = 0; k < BW; k += kLanes)
+          for (int64_t l = 0; l < kLanes; ++l) acc[r][c][l] += x[r][b * BW + k + l] * wv[c][k + l];
   }
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) {  // sum8's tree: (0+4, 1+5, 2+6, 3+7), then pairs, then the last two
@@ -215,13 +260,13 @@ inline void block_sums(const float* const* x, const uint8_t* const* w, int64_t n
 template <int64_t F, int64_t R, int64_t C>
 inline void block(const float* x, const uint8_t* w, const float* bias, float* y, int64_t r0, int64_t n0, int64_t N,
                   int64_t K) {
-  const int64_t row_bytes = K / kQk * kBlockBytes[F];
+  const int64_t row_bytes = K / block_weights(F) * block_bytes(F);
   const float* xr[R];
   const uint8_t* wc[C];
   for (int64_t r = 0; r < R; ++r) xr[r] = x + (r0 + r) * K;
   for (int64_t c = 0; c < C; ++c) wc[c] = w + c * row_bytes;
   float sums[kMaxRows][kCols];
-  block_sums<F, R, C>(xr, wc, K / kQk, sums, r0 == 0 && F != kF32 ? C * row_bytes : 0);  // the first rows fetch the next
+  block_sums<F, R, C>(xr, wc, K / block_weights(F), sums, r0 == 0 && F != kF32 ? C * row_bytes : 0);  // the first rows fetch the next
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) y[(r0 + r) * N + n0 + c] = bias != nullptr ? sums[r][c] + bias[n0 + c] : sums[r][c];
 }
@@ -241,21 +286,22 @@ inline void row_groups(const float* x, const uint8_t* w, const float* bias, floa
 template <int64_t F, int64_t C>
 inline void columns(const float* x, const uint8_t* w, const float* bias, float* y, int64_t M, int64_t n0,
                     int64_t N, int64_t K, float* tile) {
-  const int64_t row_bytes = K / kQk * kBlockBytes[F];
+  const int64_t row_bytes = K / block_weights(F) * block_bytes(F);
   const uint8_t* wn = w + n0 * row_bytes;
   if (M <= kMaxRows) {
     row_groups<F, C>(x, wn, bias, y, 0, M, n0, N, K);
     return;
   }
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t b = 0; b < K / kQk; ++b) dequant_store<F>(wn + c * row_bytes + b * kBlockBytes[F], tile + c * K + b * kQk);
+    for (int64_t b = 0; b < K / block_weights(F); ++b)
+      dequant_store<F>(wn + c * row_bytes + b * block_bytes(F), tile + c * K + b * block_weights(F));
   row_groups<kF32, C>(x, reinterpret_cast<const uint8_t*>(tile), bias, y, 0, M, n0, N, K);
 }
 
 template <int64_t F>
 void stream_rows(const float* x, const uint8_t* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K) {
   const int64_t blocks = (N + kCols - 1) / kCols;
-  const int64_t grain = std::max<int64_t>(1, 65536 / (kCols * K / kQk * kBlockBytes[F]));  // ~64 KB a task
+  const int64_t grain = std::max<int64_t>(1, 65536 / (kCols * K / block_weights(F) * block_bytes(F)));  // ~64 KB a task
   at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
     std::vector<float> tile(M > kMaxRows ? kCols * K : 0);
     for (int64_t b = begin; b < end; ++b) {
@@ -272,20 +318,21 @@ void stream_rows(const float* x, const uint8_t* w, const float* bias, float* y, 
 // w[rows, K] fp32 = the weight's rows [n0, n0 + rows).
 template <int64_t F>
 void dequant_rows(const uint8_t* blocks, float* w, int64_t n0, int64_t rows, int64_t K) {
-  const int64_t nb = K / kQk, row_bytes = nb * kBlockBytes[F];
+  const int64_t nb = K / block_weights(F), row_bytes = nb * block_bytes(F);
   at::parallel_for(0, rows, std::max<int64_t>(1, 8192 / K), [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n)
       for (int64_t b = 0; b < nb; ++b)
-        dequant_store<F>(blocks + (n0 + n) * row_bytes + b * kBlockBytes[F], w + n * K + b * kQk);
+        dequant_store<F>(blocks + (n0 + n) * row_bytes + b * block_bytes(F), w + n * K + b * block_weights(F));
   });
 }
 
 void check_blocks(const at::Tensor& blocks, int64_t format, int64_t K, const char* op) {
-  TORCH_CHECK(format >= kQ8_0 && format <= kQ4_1, op, ": unknown block format ", format);
-  TORCH_CHECK(K > 0 && K % kQk == 0, op, ": in_features must be a positive multiple of 32, got ", K);
+  TORCH_CHECK(format >= kQ8_0 && format <= kLastFormat, op, ": unknown block format ", format);
+  TORCH_CHECK(K > 0 && K % block_weights(format) == 0, op, ": in_features must be a positive multiple of ",
+              block_weights(format), " for format ", format, ", got ", K);
   TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous(), op,
               ": the blocks must be a contiguous 2-d uint8 tensor");
-  TORCH_CHECK(blocks.size(1) == K / kQk * kBlockBytes[format], op, ": rows of ", blocks.size(1),
+  TORCH_CHECK(blocks.size(1) == K / block_weights(format) * block_bytes(format), op, ": rows of ", blocks.size(1),
               " bytes do not hold ", K, " weights of format ", format);
 }
 
@@ -293,7 +340,10 @@ template <typename Fn>
 void by_format(int64_t format, Fn&& fn) {
   if (format == kQ8_0) fn(std::integral_constant<int64_t, kQ8_0>{});
   else if (format == kQ4_0) fn(std::integral_constant<int64_t, kQ4_0>{});
-  else fn(std::integral_constant<int64_t, kQ4_1>{});
+  else if (format == kQ4_1) fn(std::integral_constant<int64_t, kQ4_1>{});
+  else if (format == kQ4_K) fn(std::integral_constant<int64_t, kQ4_K>{});
+  else if (format == kQ5_K) fn(std::integral_constant<int64_t, kQ5_K>{});
+  else fn(std::integral_constant<int64_t, kQ6_K>{});
 }
 
 at::Tensor dequantize_blocks(const at::Tensor& blocks, int64_t format, int64_t K) {
