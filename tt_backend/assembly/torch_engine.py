@@ -40,9 +40,11 @@ def build_torch_engine(config: EngineConfig) -> LLMEngine:
     gguf = gguf_source(config.model) if ComputePlan.may_keep_blocks(device, config.weight_dtype) else None
     plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
                                weight_dtype=config.weight_dtype, quantized_checkpoint=gguf is not None)
-    # The blocks are read (~the file's size) only when the plan keeps them, not when it widens.
-    quantized = GgufLinears.read(gguf) if gguf is not None and plan.quantized else None
-    if plan.quantized and not (quantized and quantized.tensors):  # a GGUF without quantized linears
+    # The blocks are read (~the file's size) only when the plan keeps them, not when it widens or
+    # quantizes at load (weight_dtype=q8_0 / q4_0 requantize the loaded weights instead).
+    keeps_file_blocks = plan.quantized and plan.quantize_to is None
+    quantized = GgufLinears.read(gguf) if gguf is not None and keeps_file_blocks else None
+    if keeps_file_blocks and not (quantized and quantized.tensors):  # a GGUF without quantized linears
         plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
                                    weight_dtype=config.weight_dtype, quantized_checkpoint=False)
     logger.info("%s", plan.describe())
