@@ -256,7 +256,7 @@ FRONT_CASES: list[FrontCase] = [
     chat("front: message without role", {"messages": [{"content": "x"}]},
          "messages[0].role: Field required", "messages[0].role"),
     chat("front: content a number", {"messages": [{"role": "user", "content": 5}]},
-         "messages[0].content: must be a string or a list of text parts", "messages[0].content"),
+         "messages[0].content: must be a string or a list of content parts", "messages[0].content"),
     chat("front: max_tokens negative", {"max_tokens": -1}, "max_tokens must be >= 1, got -1", "max_tokens"),
     chat("front: max_tokens beyond max_model_len", {"max_tokens": 10**9},
          "plus max_tokens (1000000000) exceeds max_model_len (8192)", None),

@@ -101,7 +101,8 @@ def test_the_chat_template_fields_reach_the_template() -> None:
     ({"add_generation_prompt": "no"}, "add_generation_prompt", "Input should be a valid boolean, got 'no'"),
     ({"documents": [{"title": 1}]}, "documents[0].title", "Input should be a valid string, got 1"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content",
-     'messages[0].content: must be a string or a list of text parts ({"type": "text", "text": ...})'),
+     'messages[0].content: must be a string or a list of content parts ({"type": "text", "text": ...} or '
+     '{"type": "image_url", "image_url": {"url": ...}})'),
     ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0].role",
      "messages[0].role: Input should be 'system', 'user', 'assistant', 'tool' or 'developer', got 'robot'"),
     ({"seed": -(2**63) - 1}, "seed", "seed: Input should be greater than or equal to -9223372036854775808"),

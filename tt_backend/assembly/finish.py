@@ -12,13 +12,15 @@ from tt_backend.scheduler.scheduled_step import SchedulerConfig
 from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
 
 
-def finish_engine(config: EngineConfig, runner: StepRunner, model_dir: Path, vocab_size: int) -> LLMEngine:
+def finish_engine(config: EngineConfig, runner: StepRunner, model_dir: Path, vocab_size: int,
+                  takes_images: bool) -> LLMEngine:
     """The engine over a warmed-up runner (config resolved for the model, KV capacity final); a
-    failure here closes the runner (and with it the device)."""
+    failure here closes the runner (and with it the device). `takes_images`: the model's
+    ModelCapabilities.takes_images (without it the engine refuses requests that bring images)."""
     try:
         tokenizer = load_tokenizer(model_dir)
         return LLMEngine(config, SchedulerConfig.from_engine_config(config), runner, tokenizer, vocab_size,
-                         eos_token_ids(model_dir, tokenizer.eos_token_id))
+                         eos_token_ids(model_dir, tokenizer.eos_token_id), takes_images)
     except BaseException:
         runner.close()
         raise

@@ -90,7 +90,7 @@ def build_torch_engine(config: EngineConfig) -> LLMEngine:
     except BaseException:
         runner.close()
         raise
-    return finish_engine(config, runner, model_dir, spec.vocab_size)
+    return finish_engine(config, runner, model_dir, spec.vocab_size, caps.takes_images)
 
 
 def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapabilities,

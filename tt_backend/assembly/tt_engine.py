@@ -27,7 +27,8 @@ def build_tt_engine(config: EngineConfig) -> LLMEngine:
     except BaseException:
         loaded.close()
         raise
-    return finish_engine(loaded.config, runner, loaded.model_dir, loaded.hf_config.vocab_size)
+    return finish_engine(loaded.config, runner, loaded.model_dir, loaded.hf_config.vocab_size,
+                         loaded.capabilities.takes_images)
 
 
 def _runner_over(loaded: TTLoadedModel) -> GeneratorRunner:

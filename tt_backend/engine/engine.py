@@ -32,6 +32,7 @@ from tt_backend.engine.requests import OutputCallback, RequestTable
 from tt_backend.engine.stats import CacheInfo
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
 from tt_backend.engine.watchdog import StepTimeout, Watchdog
+from tt_backend.models.checkpoint import served_model_name
 from tt_backend.runtime.step_runner import StepRunner
 from tt_backend.sampling.grammar import GrammarBackend
 from tt_backend.sampling.params import SamplingParams
@@ -40,6 +41,7 @@ from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
 from tt_backend.text.detokenizer import Tokenizer
+from tt_backend.text.images import ImageInput
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class _Add:
     request: Request
     on_output: OutputCallback
     arrival: float
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,12 @@ class _Abort:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, scheduler_config: SchedulerConfig, runner: StepRunner,
-                 tokenizer: Tokenizer, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
+                 tokenizer: Tokenizer, vocab_size: int, eos_token_ids: frozenset[int],
+                 takes_images: bool = False) -> None:
         assert config.max_model_len is not None, "resolve the config for the model first"
         self.config = config
+        self.takes_images = takes_images
+        """The model's ModelCapabilities.takes_images: without it a request with images is refused."""
         self.max_model_len: int = config.max_model_len
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -99,9 +105,10 @@ class LLMEngine:
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    on_output: OutputCallback) -> None:
-        """Validate and enqueue; raises ValueError (naming the field) for bad input."""
-        self.validate(prompt_token_ids, params)
+                    on_output: OutputCallback, images: tuple[ImageInput, ...] = ()) -> None:
+        """Validate and enqueue; raises ValueError (naming the field) for bad input. `images`: the
+        request's (validated, in prompt order), for a model that takes images."""
+        self.validate(prompt_token_ids, params, images)
         request = Request(request_id, tuple(prompt_token_ids), params)
         with self._cv:
             if self._failure is not None:
@@ -112,7 +119,7 @@ class LLMEngine:
             if params.structured_outputs is not None:  # it parks until its grammar compiles
                 self._check_parked()
             self.requests.reserve(request_id)
-            self._intake.append(_Add(request, on_output, time.monotonic()))
+            self._intake.append(_Add(request, on_output, time.monotonic(), images))
             self._cv.notify()
 
     def _check_parked(self) -> None:
@@ -148,7 +155,12 @@ class LLMEngine:
         """Receive an EngineStats after every step (on the engine thread); set before start."""
         self.stats.listener = listener
 
-    def validate(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def validate(self, prompt_token_ids: list[int], params: SamplingParams,
+                 images: tuple[ImageInput, ...] = ()) -> None:
+        if images and not self.takes_images:  # refused before it holds an id, a slot or a KV block
+            model = served_model_name(self.config.model, self.config.served_model_name)
+            raise ValueError(f"image: the model {model!r} takes no images (a text-only model), got "
+                             f"{len(images)}; send the prompt alone")
         if not prompt_token_ids:
             raise ValueError("the prompt is empty (0 tokens)")
         bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
@@ -254,7 +266,7 @@ class LLMEngine:
             self._intake.clear()
         for item in items:
             if isinstance(item, _Add):
-                self.requests.admit(item.request, item.on_output, item.arrival)
+                self.requests.admit(item.request, item.on_output, item.arrival, item.images)
             elif item.request_id in self.requests:
                 self.requests.finish(item.request_id, RequestStatus.FINISHED_ABORTED)
         return bool(items)

@@ -37,6 +37,7 @@ from tt_backend.sampling.host_sampler import bad_word_token_ids
 from tt_backend.scheduler.lane_coordinator import LaneCoordinator
 from tt_backend.scheduler.request import Request
 from tt_backend.text.detokenizer import IncrementalDetokenizer, Tokenizer
+from tt_backend.text.images import ImageInput
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +62,9 @@ class LiveRequest:
     cumulative_logprob: float = 0.0
     grammar: GrammarMatcher | None = None
     """Its structured-output matcher, once compiled (the request is parked until then)."""
+    images: tuple[ImageInput, ...] = ()
+    """Its images, validated, in prompt order (for the vision encoder of a model that takes them;
+    each one's sha256 keys the encoder-output cache)."""
 
     @property
     def row(self) -> SamplingRow:
@@ -156,12 +160,13 @@ class RequestTable:
         prompts = (self._live[rid].request.prompt_token_ids for rid in request_ids if rid in self._live)
         return frozenset(p[0] for p in prompts if p)
 
-    def admit(self, request: Request, on_output: OutputCallback, arrival: float) -> None:
+    def admit(self, request: Request, on_output: OutputCallback, arrival: float,
+              images: tuple[ImageInput, ...] = ()) -> None:
         """Start tracking the request (its id reserved) and hand it to the scheduler. What admission
         computes from the request's own values (its bad words' tokens, its detokenizer) runs
         guarded: if it raises, that request alone ends with the error and nothing else is touched."""
         try:
-            live = self._live_request(request, on_output, arrival)
+            live = self._live_request(request, on_output, arrival, images)
         except Exception as exc:  # noqa: BLE001 (this request's values: it alone ends)
             logger.warning("request %s refused at admission: %s", request.request_id, type(exc).__name__)
             self._release(request.request_id)
@@ -177,7 +182,8 @@ class RequestTable:
             request.precondition = lambda: live.grammar is not None  # parked until compiled
         self.scheduler.add(request)
 
-    def _live_request(self, request: Request, on_output: OutputCallback, arrival: float) -> LiveRequest:
+    def _live_request(self, request: Request, on_output: OutputCallback, arrival: float,
+                      images: tuple[ImageInput, ...]) -> LiveRequest:
         params = request.sampling
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(64)
         bannable = (() if params.ignore_eos else tuple(sorted(self.eos_token_ids))) + params.stop_token_ids
@@ -186,7 +192,7 @@ class RequestTable:
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids,
                                              params.skip_special_tokens)
         return LiveRequest(request, detokenizer, on_output, RequestSampling(seed, bannable, bad_words),
-                           OutputText(params.stop, params.include_stop_str_in_output), arrival)
+                           OutputText(params.stop, params.include_stop_str_in_output), arrival, images=images)
 
     def resolve_grammars(self) -> None:
         """Give each request whose grammar compiled its matcher (so the scheduler admits it); end

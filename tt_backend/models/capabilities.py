@@ -23,6 +23,9 @@ class ModelCapabilities:
     device_sampling: bool = False
     single_execute: bool = False
     """One program executes every data-parallel lane each step (in-process lanes)."""
+    takes_images: bool = False
+    """A vision-language model: requests may bring images (tt_llm's `image`, the front's image parts);
+    without it the engine refuses a request that does, before it holds a slot or a KV block."""
 
     def log_undeclared(self, architecture: str) -> None:
         """Say which of the features the config may turn on by default are off for this model."""

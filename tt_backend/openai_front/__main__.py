@@ -6,12 +6,14 @@ import argparse
 import json
 import logging
 import os
+from pathlib import Path
 
 import uvicorn
 
 from tt_backend.models.checkpoint import resolve_model_dir, served_model_name
 from tt_backend.openai_front.access import API_KEY_ENV, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.app import FrontConfig, create_app
+from tt_backend.openai_front.chat_messages import ImagePolicy, config_takes_images
 from tt_backend.openai_front.chat_template import load_chat_template, tokenizer_render
 from tt_backend.openai_front.hosts import AllowedHosts
 from tt_backend.openai_front.limits import ServerLimits, uvicorn_config
@@ -19,6 +21,8 @@ from tt_backend.openai_front.metrics import check_url
 from tt_backend.openai_front.output import output_parsing
 from tt_backend.openai_front.reasoning import REASONING_PARSERS
 from tt_backend.openai_front.tool_parsers import CHOICES as TOOL_PARSERS
+from tt_backend.text.image_urls import local_media_root
+from tt_backend.text.images import ImageLimits
 from tt_backend.text.tokenizer import load_tokenizer
 
 
@@ -76,7 +80,46 @@ def _parser() -> argparse.ArgumentParser:
                         help="accepted for vLLM's command lines: tool_choice auto is always on here")
     parser.add_argument("--reasoning-parser", default=None, choices=REASONING_PARSERS,
                         help="<think> text goes to reasoning_content (as vLLM's option); default: off")
+    parser.add_argument("--limit-mm-per-prompt", default="",
+                        help='the most images one request may hold, as vLLM\'s option: {"image": N} '
+                             f"(default: {ImageLimits.max_images})")
+    parser.add_argument("--max-image-bytes", type=int, default=ImageLimits.max_bytes,
+                        help="the largest image file taken (the body's --max-body-bytes bounds it too)")
+    parser.add_argument("--max-image-pixels", type=int, default=ImageLimits.max_pixels,
+                        help="the most pixels (width x height) an image may have, checked before decoding")
+    parser.add_argument("--allowed-local-media-path", default="",
+                        help="a folder whose images requests may name as file: URLs (as vLLM's option); "
+                             "default: none. No image is ever fetched over the network")
     return parser
+
+
+def describe(images: ImagePolicy) -> str:
+    if not images.takes_images:
+        return "refused (a text-only model)"
+    limits, root = images.limits, images.local_root
+    return (f"up to {limits.max_images} a request, {limits.max_bytes} bytes and {limits.max_pixels} pixels "
+            f"each, data: URLs{f' and file: URLs under {root}' if root else ''}")
+
+
+def image_flags(args: argparse.Namespace) -> tuple[ImageLimits, Path | None]:
+    """The image flags: the limits and the local media folder (ValueError naming the bad flag)."""
+    count = ImageLimits.max_images
+    if args.limit_mm_per_prompt:
+        try:
+            limit = json.loads(args.limit_mm_per_prompt)
+        except json.JSONDecodeError:
+            limit = None
+        if not isinstance(limit, dict) or set(limit) - {"image"}:
+            raise ValueError(f'--limit-mm-per-prompt must be {{"image": N}} (images are the only media '
+                             f"taken), got {args.limit_mm_per_prompt!r}")
+        count = limit.get("image", count)
+        count = count.get("count", count) if isinstance(count, dict) else count  # vLLM's {"count": N}
+    for flag, value in (("--limit-mm-per-prompt image", count), ("--max-image-bytes", args.max_image_bytes),
+                        ("--max-image-pixels", args.max_image_pixels)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{flag} must be an integer >= 1, got {value!r}")
+    limits = ImageLimits(count, args.max_image_bytes, args.max_image_pixels)
+    return limits, local_media_root(args.allowed_local_media_path)
 
 
 def main() -> None:
@@ -91,12 +134,14 @@ def main() -> None:
                                      args.allow_credentials)
         check_url(args.triton_metrics_url)
         chat_template = None if args.chat_template is None else load_chat_template(args.chat_template)
+        image_limits, media_root = image_flags(args)
     except ValueError as exc:
         parser.error(str(exc))
     model_dir = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(model_dir)
     with open(model_dir / "config.json", encoding="utf-8") as f:
-        max_len = args.max_model_len or int(json.load(f)["max_position_embeddings"])
+        hf_config = json.load(f)
+    max_len = args.max_model_len or int(hf_config["max_position_embeddings"])
     name = served_model_name(args.model, args.served_model_name)
     special = {t.content for t in tokenizer.added_tokens_decoder.values() if t.special}
     output, parsers = output_parsing(args.tool_call_parser, args.reasoning_parser,
@@ -106,7 +151,8 @@ def main() -> None:
                          cors=cors, triton_metrics_url=args.triton_metrics_url,
                          strict_fields=args.strict_fields,
                          trust_request_chat_template=args.trust_request_chat_template, max_n=args.max_n,
-                         output=output)
+                         output=output, images=ImagePolicy(config_takes_images(hf_config), image_limits,
+                                                           media_root, name))
     render = tokenizer_render(tokenizer, chat_template, output.tool_instruction)
 
     def decode(ids: tuple[int, ...]) -> str:
@@ -117,10 +163,10 @@ def main() -> None:
 
     logging.getLogger(__name__).info(  # never the key itself
         "OpenAI front for %s (max_model_len %d) on http://%s:%d, Triton at %s; Host check: %s; API key: %s; "
-        "CORS: %s; /metrics from %s; %s", name, max_len, args.host, args.port, args.triton_url,
+        "CORS: %s; /metrics from %s; %s; images: %s", name, max_len, args.host, args.port, args.triton_url,
         "off" if allowed is None else ", ".join(["loopback names", *sorted(allowed.extra)]),
         "off" if api_key is None else "required", "off" if cors is None else cors.describe(),
-        args.triton_metrics_url, parsers)
+        args.triton_metrics_url, parsers, describe(config.images))
     server = uvicorn.Server(uvicorn_config(create_app(config, render, decode, encode), args.host, args.port,
                                            limits))
     server.run()

@@ -28,6 +28,7 @@ from tt_backend.openai_front import openapi
 from tt_backend.openai_front import response_schemas as out
 from tt_backend.openai_front.access import ApiKeyCheck, CorsPolicy, resolve_api_key
 from tt_backend.openai_front.body import BodyLimits, parse, read_body
+from tt_backend.openai_front.chat_messages import ImagePolicy
 from tt_backend.openai_front.chat_template import Render
 from tt_backend.openai_front.errors import BadRequest, RequestError
 from tt_backend.openai_front.events import collect, events, gather_all
@@ -81,6 +82,7 @@ class FrontConfig:
     max_n: int = RequestPolicy.max_n
     """The most choices (`n`) one request may ask for."""
     output: OutputParsing = field(default_factory=OutputParsing)  # --tool-call-parser, --reasoning-parser
+    images: ImagePolicy = field(default_factory=ImagePolicy)  # --limit-mm-per-prompt, ... (chat_messages.py)
 
     def __post_init__(self) -> None:
         if self.tokenizer_threads < 1:
@@ -127,7 +129,7 @@ def create_app(config: FrontConfig, render_chat: Render, decode: Callable[[tuple
         pools["tokenizer"].shutdown(wait=False, cancel_futures=True)
 
     policy = RequestPolicy(UnknownFields(config.strict_fields), config.trust_request_chat_template,
-                           config.max_n)
+                           config.max_n, config.images)
     app = FastAPI(title="tt_backend OpenAI front", lifespan=lifespan)
     openapi.describe(app)
     # The last added runs first: the Host check, then CORS (so a 401 carries CORS headers a page can

@@ -5,6 +5,7 @@ schemas.py; what is checked here is what they cannot say (values, fields that ex
 Chat messages go through the model's chat template to token ids here (as vLLM does: the template
 already holds the special tokens, so nothing is added to them); a completion's prompt goes as the
 client sent it, text (tokenised by `tt_llm` with the tokenizer's special tokens) or token ids.
+A chat's image parts are checked in chat_messages.py and go to `tt_llm` beside the prompt (`image`).
 Sampling fields map onto vLLM's SamplingParams names (`tt_llm`'s `sampling_parameters`), checked
 here with SamplingParams itself so a bad value is a 400 naming the field before Triton sees it.
 """
@@ -16,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tt_backend.openai_front.chat_messages import ImagePolicy, message_text, template_messages
 from tt_backend.openai_front.chat_template import RESERVED_KWARGS, Render, TemplateArgs
 from tt_backend.openai_front.errors import BadRequest
 from tt_backend.openai_front.schemas import (
@@ -23,7 +25,6 @@ from tt_backend.openai_front.schemas import (
     ChatTemplateFields,
     CompletionRequest,
     GenerateRequest,
-    Message,
     ResponseFormat,
     only_values,
     validated,
@@ -31,6 +32,7 @@ from tt_backend.openai_front.schemas import (
 from tt_backend.openai_front.tool_calls import Tools, parse_tools, tool_dicts
 from tt_backend.openai_front.unknown_fields import UnknownFields
 from tt_backend.sampling.params import SamplingParams
+from tt_backend.text.images import ImageInput
 
 # OpenAI names with the same meaning in SamplingParams, and vLLM's extra sampling names.
 _SAME = ("temperature", "top_p", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
@@ -56,6 +58,7 @@ class RequestPolicy:
     """Whether a request may bring its own `chat_template` (vLLM's --trust-request-chat-template)."""
     max_n: int = 128
     """The most choices one request may ask for (OpenAI's limit); each is one engine request."""
+    images: ImagePolicy = field(default_factory=ImagePolicy)
 
     def __post_init__(self) -> None:
         if self.max_n < 1:
@@ -85,6 +88,8 @@ class GenerateCall:
     """Choices: n engine requests for the same prompt (`sampling_for(i)`)."""
     continuous_usage: bool = False
     """Usage (the choice's tokens so far) in every streamed chunk (vLLM's continuous_usage_stats)."""
+    images: tuple[ImageInput, ...] = ()
+    """The chat's images, in order (tt_llm's `image` input)."""
 
     def sampling_for(self, index: int) -> dict[str, Any]:
         """Choice `index`'s parameters: a seeded request's choice i samples with seed + i (mod
@@ -118,15 +123,15 @@ def chat_call(body: dict[str, Any], render: Render, policy: RequestPolicy | None
             raise BadRequest(f"tool_choice {tools.mode} constrains the output; "
                              "send response_format or a forced tool call, not both", "response_format")
         constraint = tools.constraint
-    messages = [_message(i, m) for i, m in enumerate(request.messages)]
+    messages, images = template_messages(request.messages, policy.images)
     prompt = _render(render, messages, tool_dicts(request.tools) if tools is not None else None,
                      _template(request, policy))
     call = _call(request, policy, prompt, max_tokens, "max_completion_tokens"
                  if request.max_completion_tokens is not None else "max_tokens", logprobs, echo=request.echo,
                  constraint=constraint, logprobs_name="top_logprobs")
     # vLLM's chat echo: the answer continues the last message when it is the answered role's.
-    echoed = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
-    return dataclasses.replace(call, tools=tools, echoed=echoed if request.echo else None)
+    echoed = message_text(request.messages[-1]) if request.messages[-1].role == "assistant" else ""
+    return dataclasses.replace(call, tools=tools, echoed=echoed if request.echo else None, images=images)
 
 
 def chat_prompt(body: dict[str, Any], render: Render, policy: RequestPolicy | None = None) -> tuple[int, ...]:
@@ -135,8 +140,8 @@ def chat_prompt(body: dict[str, Any], render: Render, policy: RequestPolicy | No
     policy = policy or RequestPolicy()
     request = validated(ChatTemplateFields, body)
     policy.fields.check(request, "/tokenize")
-    return _render(render, [_message(i, m) for i, m in enumerate(request.messages)],
-                   tool_dicts(request.tools), _template(request, policy))
+    return _render(render, template_messages(request.messages, policy.images)[0], tool_dicts(request.tools),
+                   _template(request, policy))
 
 
 def _template(request: ChatTemplateFields | ChatCompletionRequest, policy: RequestPolicy) -> TemplateArgs:
@@ -284,21 +289,6 @@ def _same(value: Any, accepted: Any) -> bool:
         return value is accepted
     return type(value) in (int, float) and type(accepted) in (int, float) and value == accepted \
         or type(value) is type(accepted) and value == accepted
-
-
-def _message(index: int, message: Message) -> dict[str, Any]:
-    content = message.content
-    extra = {k: getattr(message, k) for k in ("tool_calls", "tool_call_id", "name")
-             if getattr(message, k) is not None}
-    if content is None:
-        if not (message.role == "assistant" and message.tool_calls is not None):
-            where = f"messages[{index}].content"
-            raise BadRequest(f"{where} must be a string or a list of text parts (only an assistant turn "
-                             "that calls tools may have none)", where)
-        content = ""  # an assistant turn that only called tools
-    if isinstance(content, list):  # text parts
-        content = "".join(part.text for part in content)
-    return {"role": "system" if message.role == "developer" else message.role, "content": content, **extra}
 
 
 def _short_int(value: int) -> str:

@@ -92,10 +92,32 @@ class TextPart(OpenAIModel):
     text: str
 
 
+class ImageURL(OpenAIModel):
+    url: str = Field(description="A data: URL (data:image/png;base64,...); a file: URL under the front's "
+                     "--allowed-local-media-path; no http(s): the server fetches nothing")
+    detail: Literal["auto", "low", "high"] | None = Field(None, description="Accepted and ignored (as vLLM)")
+
+
+class ImagePart(OpenAIModel):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+class InputImagePart(OpenAIModel):
+    """vLLM's other image part (the Responses API's form): `image_url` is the URL itself."""
+
+    type: Literal["input_image"]
+    image_url: str
+
+
+ContentPart = Annotated[TextPart | ImagePart | InputImagePart, Field(discriminator="type")]
+
+
 class Message(OpenAIModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: Annotated[str | list[TextPart] | None,
-                       _one_error('a string or a list of text parts ({"type": "text", "text": ...})')] = None
+    content: Annotated[str | list[ContentPart] | None,
+                       _one_error('a string or a list of content parts ({"type": "text", "text": ...} or '
+                                  '{"type": "image_url", "image_url": {"url": ...}})')] = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None

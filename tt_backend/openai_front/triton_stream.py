@@ -1,9 +1,9 @@
 """One `tt_llm` stream over tritonclient's asyncio gRPC client, as a stream of text deltas.
 
 `tt_llm` takes the vllm_backend schema: `text_input` (or `input_ids` with `return_text_output`,
-for a prompt of token ids), `sampling_parameters` (JSON), `stream`, and the `return_*` flags for
-the finish reason, the server's token counts and logprobs. The
-request side of the gRPC stream stays open until the final response arrives; leaving the
+for a prompt of token ids), `image` (base64 files, a chat's images), `sampling_parameters` (JSON),
+`stream`, and the `return_*` flags for the finish reason, the server's token counts and logprobs.
+The request side of the gRPC stream stays open until the final response arrives; leaving the
 iteration early (the HTTP client went away) cancels the stream, and Triton ends the request.
 
 Errors map to HTTP statuses by their gRPC status code, never by their text. Over a stream, Triton
@@ -33,6 +33,7 @@ import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tt_backend.openai_front.requests import GenerateCall
+from tt_backend.text.images import ImageInput
 
 _IDS = itertools.count()
 _GRPC_ERRORS = {"triton_grpc_error": "true"}
@@ -83,6 +84,11 @@ def _text(value: str) -> np.ndarray:
     return np.array([value.encode("utf-8")], dtype=np.object_)
 
 
+def image_tensor(images: tuple[ImageInput, ...]) -> np.ndarray:
+    """vllm_backend's `image`: one base64-encoded file per element, in the prompt's order."""
+    return np.array([image.base64().encode("ascii") for image in images], dtype=np.object_)
+
+
 async def stream(client: grpcclient.InferenceServerClient, model: str, call: GenerateCall
                  ) -> AsyncGenerator[Delta, None]:
     """The deltas of one generation, the last with its finish reason."""
@@ -98,6 +104,8 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
     ]
     if not isinstance(call.prompt, str):
         inputs.append(_input("return_text_output", np.array([True]), "BOOL"))
+    if call.images:
+        inputs.append(_input("image", image_tensor(call.images), "BYTES"))
     if call.logprobs is not None:
         inputs.append(_input("return_logprobs", np.array([True]), "BOOL"))
     finished = asyncio.Event()

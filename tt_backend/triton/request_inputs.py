@@ -1,9 +1,9 @@
 """Parse the input tensors of one `tt_llm` request into a GenerateRequest (no Triton imports).
 
 Two schemas arrive here:
-- vllm_backend: `text_input`, `sampling_parameters` (JSON), `stream`, `exclude_input_in_output`,
-  `return_*` flags; text comes back as `text_output` (with `logprobs` and `cumulative_logprob`
-  when `return_logprobs` / `return_cumulative_logprob` are set).
+- vllm_backend: `text_input`, `image` (base64 image files), `sampling_parameters` (JSON), `stream`,
+  `exclude_input_in_output`, `return_*` flags; text comes back as `text_output` (with `logprobs`
+  and `cumulative_logprob` when `return_logprobs` / `return_cumulative_logprob` are set).
 - TRT-LLM (through the ensemble): `input_ids` plus scalar tensors `max_tokens`, `min_tokens`
   (or its older name `min_length`),
   `temperature`, `top_k`, `top_p`, `min_p`, `seed`, `repetition_penalty`, `presence_penalty`,
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from tt_backend.sampling.params import SamplingParams, parse_float, parse_int
+from tt_backend.text.images import ImageInput, ImageLimits, decode_base64, decode_image
 
 _TRT_SCALARS = ("max_tokens", "min_length", "min_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
                 "repetition_penalty", "presence_penalty", "frequency_penalty", "end_id", "pad_id")
@@ -35,8 +36,10 @@ _FLAGS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_n
           "return_num_output_tokens", "return_logprobs", "return_cumulative_logprob", "return_log_probs",
           "return_text_output")
 _GUIDE = ("guided_decoding_guide_type", "guided_decoding_guide")
-KNOWN_INPUTS = frozenset({"text_input", "input_ids", "sampling_parameters", "stop_words",
+KNOWN_INPUTS = frozenset({"text_input", "input_ids", "image", "sampling_parameters", "stop_words",
                           "bad_words", *_GUIDE, *_TRT_SCALARS, *_FLAGS})
+IMAGE_LIMITS = ImageLimits()
+"""tt_llm's `image` bounds (text/images.py's defaults, as the front's)."""
 # TRT-LLM's guide types → vLLM's structured_outputs keys ("json" is any JSON object in TRT-LLM).
 _GUIDE_TYPES = {"json": "json_object", "json_schema": "json", "regex": "regex", "ebnf_grammar": "grammar",
                 "structural_tag": "structural_tag"}
@@ -59,6 +62,8 @@ class GenerateRequest:
     """TRT-LLM's flag (ids schema): `output_log_probs` and `cum_log_probs` carry real values."""
     return_text_output: bool = False
     """Ids schema: send `text_output` beside `output_ids` (the text schema always sends it)."""
+    images: tuple[ImageInput, ...] = ()
+    """`image`: vllm_backend's, one base64-encoded PNG, JPEG or WebP file per element."""
 
     @property
     def ids_mode(self) -> bool:
@@ -79,7 +84,8 @@ def parse_generate_request(inputs: dict[str, np.ndarray]) -> GenerateRequest:
     wants = ("return_logprobs", "return_cumulative_logprob", "return_log_probs")
     if any(flags[name] for name in wants) and sampling.logprobs is None:
         sampling = dataclasses.replace(sampling, logprobs=0)
-    return GenerateRequest(prompt_text=text, prompt_ids=ids, sampling=sampling, **flags)
+    return GenerateRequest(prompt_text=text, prompt_ids=ids, sampling=sampling, images=_images(inputs),
+                           **flags)
 
 
 def _sampling(inputs: dict[str, np.ndarray]) -> SamplingParams:
@@ -176,6 +182,25 @@ def _trt_to_vllm(trt: dict[str, Any], greedy_default: bool = True) -> dict[str, 
         out["stop_token_ids"] = [parse_int("end_id", trt["end_id"])]
     # pad_id is accepted for compatibility: outputs are never padded here.
     return out
+
+
+def _images(inputs: dict[str, np.ndarray]) -> tuple[ImageInput, ...]:
+    """vllm_backend's `image` (src/utils/request.py: each element base64.b64decode'd, then opened
+    with PIL), each checked here: `image[i]` names the one at fault."""
+    if "image" not in inputs:
+        return ()
+    arr = inputs["image"]
+    if arr.ndim > 2 or (arr.ndim == 2 and arr.shape[0] != 1):
+        raise ValueError(f"input image must be a 1-D list of base64 images, got shape {list(arr.shape)}")
+    values = arr.reshape(-1)
+    IMAGE_LIMITS.check_count(len(values), f"image[{IMAGE_LIMITS.max_images}]")
+    out = []
+    for i, value in enumerate(values):
+        if not isinstance(value, bytes | str):
+            raise ValueError(f"image[{i}] must be a base64 string (BYTES), got {type(value).__name__}")
+        data = decode_base64(bytes(value) if isinstance(value, bytes) else value, f"image[{i}]", IMAGE_LIMITS)
+        out.append(decode_image(data, f"image[{i}]", IMAGE_LIMITS))
+    return tuple(out)
 
 
 def _one(inputs: dict[str, np.ndarray], name: str) -> Any | None:
