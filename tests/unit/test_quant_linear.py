@@ -30,9 +30,10 @@ from tt_backend.devices.cpu.quant import (
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                                 reason="no C++ compiler: the native kernels cannot be built here")
 
-FORMATS: tuple[QuantFormat, ...] = ("q8_0", "q4_0", "q4_1")
+FORMATS: tuple[QuantFormat, ...] = ("q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
 GGML = {"q8_0": gguf.GGMLQuantizationType.Q8_0, "q4_0": gguf.GGMLQuantizationType.Q4_0,
-        "q4_1": gguf.GGMLQuantizationType.Q4_1}
+        "q4_1": gguf.GGMLQuantizationType.Q4_1, "q5_0": gguf.GGMLQuantizationType.Q5_0,
+        "q5_1": gguf.GGMLQuantizationType.Q5_1}
 U = 2.0 ** -24  # fp32 unit roundoff
 
 
@@ -50,7 +51,7 @@ def random_blocks(fmt: QuantFormat, rows: int, cols: int, seed: int = 0) -> Quan
     scales = torch.rand(rows, nb, generator=gen) * 0.02
     scales[0, 0] = 3e-6  # an fp16 subnormal
     b[..., 0:2] = scales.half().view(torch.uint8).view(rows, nb, 2)
-    if fmt == "q4_1":
+    if fmt in ("q4_1", "q5_1"):
         b[..., 2:4] = (-torch.rand(rows, nb, generator=gen) * 0.1).half().view(torch.uint8).view(rows, nb, 2)
     return QuantizedTensor(fmt, b.reshape(rows, -1).contiguous(), cols)
 

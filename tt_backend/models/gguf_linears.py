@@ -4,7 +4,8 @@ devices/cpu/compute_plan.py). The swap, `swap_in_blocks`, also serves the blocks
 `weight_dtype=q8_0` / `q4_0` quantize at load (models/quantize_at_load.py).
 
 The model itself still loads from the converted fp32 checkpoint (`checkpoint.py`: transformers
-dequantizes the GGUF); this module reads the same file's Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K blocks with
+dequantizes the GGUF); this module reads the same file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K /
+Q6_K blocks with
 `gguf.GGUFReader` and replaces each linear layer (and the token embedding) whose blocks dequantize
 to exactly the weight that was loaded: the check runs at load, so a tensor the conversion treated
 differently stays dense rather than serving other weights.
@@ -39,7 +40,8 @@ from tt_backend.models.checkpoint import default_gguf_path
 
 logger = logging.getLogger(__name__)
 
-_GGUF_TYPES: dict[str, QuantFormat] = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q4_K": "q4_k",
+_GGUF_TYPES: dict[str, QuantFormat] = {"Q8_0": "q8_0", "Q4_0": "q4_0", "Q4_1": "q4_1", "Q5_0": "q5_0",
+                                       "Q5_1": "q5_1", "Q4_K": "q4_k",
                                        "Q5_K": "q5_k", "Q6_K": "q6_k"}
 _LAYER_NAMES = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                 "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",

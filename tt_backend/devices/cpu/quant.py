@@ -5,8 +5,11 @@ A block holds 32 consecutive weights of one row (ggml's layouts, csrc/quant_line
     q8_0  [fp16 d][32 x int8 q]                 w = q * d             34 bytes (8.5 bits a weight)
     q4_0  [fp16 d][16 bytes of nibbles]         w = (q - 8) * d       18 bytes (4.5 bits)
     q4_1  [fp16 d][fp16 m][16 bytes of nibbles] w = q * d + m         20 bytes (5 bits)
+    q5_0  [fp16 d][4 B qh][16 bytes of nibbles]  w = (q - 16) * d     22 bytes (5.5 bits)
+    q5_1  [fp16 d][fp16 m][4 B qh][16 B]         w = q * d + m        24 bytes (6 bits)
 
-(nibble byte j: weight j in the low half, weight j + 16 in the high half). The K-quants hold super-blocks
+(nibble byte j: weight j in the low half, weight j + 16 in the high half; q5's fifth bit of weight i
+is bit i of the little-endian 32-bit qh). The K-quants hold super-blocks
 of 256 weights, 8 or 16 sub-blocks with their own integer scales (csrc/quant_k.h has the layouts):
 
     q4_k  [fp16 d][fp16 dmin][12 B: 6-bit scales, mins][128 B nibbles]   w = d sc q - dmin m   144 B (4.5)
@@ -33,16 +36,18 @@ from torch import nn
 
 from tt_backend.devices.cpu.kernels import CpuKernels
 
-QuantFormat = Literal["q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"]
+QuantFormat = Literal["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]
 BLOCK = 32
-"""Weights per block of q8_0 / q4_0 / q4_1."""
+"""Weights per block of q8_0 / q4_0 / q4_1 / q5_0 / q5_1."""
 QK_K = 256
 """Weights per super-block of the K-quants."""
-BLOCK_BYTES: dict[QuantFormat, int] = {"q8_0": 34, "q4_0": 18, "q4_1": 20,
+BLOCK_BYTES: dict[QuantFormat, int] = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24,
                                        "q4_k": 144, "q5_k": 176, "q6_k": 210}
-BLOCK_WEIGHTS: dict[QuantFormat, int] = {"q8_0": BLOCK, "q4_0": BLOCK, "q4_1": BLOCK,
+BLOCK_WEIGHTS: dict[QuantFormat, int] = {"q8_0": BLOCK, "q4_0": BLOCK, "q4_1": BLOCK, "q5_0": BLOCK,
+                                         "q5_1": BLOCK,
                                          "q4_k": QK_K, "q5_k": QK_K, "q6_k": QK_K}
-FORMAT_IDS: dict[QuantFormat, int] = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3, "q5_k": 4, "q6_k": 5}
+FORMAT_IDS: dict[QuantFormat, int] = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q4_k": 3, "q5_k": 4, "q6_k": 5,
+                                      "q5_0": 6, "q5_1": 7}
 """The `format` argument of the native ops (csrc/quant_k.h's Format)."""
 STREAM_ROWS = {"portable": 1, "neon": 1, "avx2": 2}
 """Rows up to which `quant_linear` streams the blocks, by level (32 where not listed: the AVX-512
@@ -110,6 +115,14 @@ def dequantize_rows(blocks: torch.Tensor, fmt: QuantFormat, cols: int) -> torch.
     d = b[..., 0:2].contiguous().view(torch.float16).float()  # [rows, blocks, 1]
     if fmt == "q8_0":
         w = b[..., 2:].contiguous().view(torch.int8).float() * d
+    elif fmt in ("q5_0", "q5_1"):
+        at = 4 if fmt == "q5_1" else 2  # qh, then 16 bytes of nibbles
+        qh = b[..., at:at + 4].to(torch.int32)
+        bits = (qh[..., :, None] >> torch.arange(8, dtype=torch.int32)) & 1  # [rows, blocks, 4, 8]: 8i + k
+        qs = b[..., at + 4:]
+        q = torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.int32) | (bits.flatten(-2) << 4)
+        w = (q.float() - 16) * d if fmt == "q5_0" else q.float() * d + b[..., 2:4].contiguous().view(
+            torch.float16).float()
     else:
         qs = b[..., 4:] if fmt == "q4_1" else b[..., 2:]
         q = torch.cat([qs & 15, qs >> 4], dim=-1)  # weights 0-15 from the low nibbles, 16-31 the high

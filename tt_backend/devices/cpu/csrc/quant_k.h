@@ -30,14 +30,16 @@
 namespace tt_quant {
 
 constexpr int64_t kQk = 32;  // weights per chunk: a block of the 32-weight formats, 1/8 of a K super-block
-enum Format : int64_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2, kQ4_K = 3, kQ5_K = 4, kQ6_K = 5, kF32 = 15 };
-constexpr int64_t kLastFormat = kQ6_K;  // kF32 (a dequantized tile) is internal
+enum Format : int64_t { kQ8_0 = 0, kQ4_0 = 1, kQ4_1 = 2, kQ4_K = 3, kQ5_K = 4, kQ6_K = 5, kQ5_0 = 6, kQ5_1 = 7,
+                        kF32 = 15 };
+constexpr int64_t kLastFormat = kQ5_1;  // kF32 (a dequantized tile) is internal
 
 constexpr bool is_k(int64_t f) { return f == kQ4_K || f == kQ5_K || f == kQ6_K; }
+constexpr bool is_q5(int64_t f) { return f == kQ5_0 || f == kQ5_1; }
 constexpr int64_t block_weights(int64_t f) { return is_k(f) ? 256 : kQk; }
 constexpr int64_t block_bytes(int64_t f) {
   return f == kQ8_0 ? 34 : f == kQ4_0 ? 18 : f == kQ4_1 ? 20 : f == kQ4_K ? 144 : f == kQ5_K ? 176
-         : f == kQ6_K ? 210 : kQk * 4;
+         : f == kQ6_K ? 210 : f == kQ5_0 ? 22 : f == kQ5_1 ? 24 : kQk * 4;
 }
 constexpr int64_t chunks(int64_t f) { return block_weights(f) / kQk; }
 

@@ -4,9 +4,12 @@
 //   Q8_0  [fp16 d][32 x int8 q]                 w = q * d             34 bytes
 //   Q4_0  [fp16 d][16 bytes of nibbles]         w = (q - 8) * d       18 bytes
 //   Q4_1  [fp16 d][fp16 m][16 bytes of nibbles] w = q * d + m         20 bytes
+//   Q5_0  [fp16 d][4 bytes qh][16 bytes]        w = (q - 16) * d      22 bytes
+//   Q5_1  [fp16 d][fp16 m][4 bytes qh][16 bytes] w = q * d + m        24 bytes
 //   Q4_K, Q5_K, Q6_K: super-blocks of 256 weights (144, 176, 210 bytes), read in chunks of 32 (quant_k.h)
 //
-// Nibble byte j holds weight j in its low half and weight j + 16 in its high half. Each weight is
+// Nibble byte j holds weight j in its low half and weight j + 16 in its high half; in Q5_0 / Q5_1 bit i of
+// the little-endian 32-bit qh is weight i's fifth bit (ggml's dequantize_row_q5_0/1). Each weight is
 // dequantized as ggml's dequantize_row_* does (one fp32 multiply, one add for Q4_1, never fused; the
 // K-quants' exact products then the subtraction of a min: quant_k.h), so it equals the fp32 weight a
 // dequantizing loader produces, bit for bit.
@@ -51,6 +54,16 @@ inline void dequant_block(const uint8_t* b, float* w) {
     const float d = half_at(b);
     for (int64_t j = 0; j < kQk / 2; ++j) w[j] = static_cast<float>((b[2 + j] & 15) - 8) * d;
     for (int64_t j = 0; j < kQk / 2; ++j) w[j + 16] = static_cast<float>((b[2 + j] >> 4) - 8) * d;
+  } else if constexpr (is_q5(F)) {
+    const float d = half_at(b), m = F == kQ5_1 ? half_at(b + 2) : 0.0f;
+    const uint8_t* hb = b + (F == kQ5_1 ? 4 : 2);
+    const uint8_t* qs = hb + 4;
+    uint32_t qh;
+    std::memcpy(&qh, hb, sizeof(qh));
+    for (int64_t j = 0; j < kQk; ++j) {
+      const int q = ((j < 16 ? qs[j] & 15 : qs[j - 16] >> 4) | (((qh >> j) & 1) << 4)) - (F == kQ5_0 ? 16 : 0);
+      w[j] = F == kQ5_1 ? static_cast<float>(q) * d + m : static_cast<float>(q) * d;
+    }
   } else {
     const float d = half_at(b), m = half_at(b + 2);
     for (int64_t j = 0; j < kQk / 2; ++j) w[j] = static_cast<float>(b[4 + j] & 15) * d + m;
@@ -68,6 +81,13 @@ inline void dequant_pair(const uint8_t* b, __m512& lo, __m512& hi) {
   if constexpr (F == kF32) {
     lo = _mm512_loadu_ps(reinterpret_cast<const float*>(b));
     hi = _mm512_loadu_ps(reinterpret_cast<const float*>(b) + 16);
+    return;
+  }
+  if constexpr (is_q5(F)) {  // the scalar dequantization, through L1 (not yet vectorised at this level)
+    alignas(64) float w[kQk];
+    dequant_block<F>(b, w);
+    lo = _mm512_load_ps(w);
+    hi = _mm512_load_ps(w + 16);
     return;
   }
   const __m512 d = _mm512_set1_ps(half_at(b));
@@ -155,6 +175,20 @@ inline __m256 dequant_eighth(const uint8_t* b, int64_t h) {
   if constexpr (F == kQ8_0) {
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 2 + 8 * h));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+  } else if constexpr (is_q5(F)) {  // fifth bits 8h .. 8h + 7 of qh shifted into place
+    const uint8_t* hb = b + (F == kQ5_1 ? 4 : 2);
+    uint32_t qh;
+    std::memcpy(&qh, hb, sizeof(qh));
+    const __m256i wide = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(hb + 4 + 8 * (h & 1))));
+    const __m256i low = h < 2 ? _mm256_and_si256(wide, _mm256_set1_epi32(15)) : _mm256_srli_epi32(wide, 4);
+    const __m256i fifth = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> (8 * h))), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+        _mm256_set1_epi32(1));
+    __m256i q = _mm256_or_si256(low, _mm256_slli_epi32(fifth, 4));
+    if constexpr (F == kQ5_0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(16));
+    const __m256 w = _mm256_mul_ps(_mm256_cvtepi32_ps(q), d);
+    if constexpr (F == kQ5_1) return _mm256_add_ps(w, _mm256_set1_ps(half_at(b + 2)));
+    return w;
   } else {
     const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + (F == kQ4_0 ? 2 : 4) + 8 * (h & 1)));
     const __m256i wide = _mm256_cvtepu8_epi32(bytes);
@@ -343,6 +377,8 @@ void by_format(int64_t format, Fn&& fn) {
   else if (format == kQ4_1) fn(std::integral_constant<int64_t, kQ4_1>{});
   else if (format == kQ4_K) fn(std::integral_constant<int64_t, kQ4_K>{});
   else if (format == kQ5_K) fn(std::integral_constant<int64_t, kQ5_K>{});
+  else if (format == kQ5_0) fn(std::integral_constant<int64_t, kQ5_0>{});
+  else if (format == kQ5_1) fn(std::integral_constant<int64_t, kQ5_1>{});
   else fn(std::integral_constant<int64_t, kQ6_K>{});
 }
 
