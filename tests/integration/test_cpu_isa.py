@@ -61,9 +61,9 @@ def test_the_startup_log_shows_only_avx2_implementations(avx2_server: Server) ->
     plan = log[start:].splitlines()[:8]
     ops = dict(line.strip().split(": ", 1) for line in plan[1:])
     assert ops == {
-        "linear layers and LM head": "tt_backend_avx2::quant_linear on the GGUF's blocks (listed per layer "
-                                     "at load); others: tt_backend_avx2::wide_linear: bf16 weights streamed "
-                                     "up to 64 rows, widened for the fp32 GEMM beyond",
+        "linear layers and LM head": "tt_backend_avx2::quant_linear on the GGUF's quantized blocks "
+                                     "(listed per layer at load); others: tt_backend_avx2::wide_linear: "
+                                     "bf16 weights streamed up to 64 rows, widened for the fp32 GEMM beyond",
         "decode attention": "native tt_backend_avx2::paged_decode_attention",
         "prefill attention": "torch SDPA",
         "rms_norm / add_rms_norm": "native tt_backend_avx2::rms_norm",
