@@ -104,8 +104,14 @@ def _load(server: Server) -> None:
     assert statuses == [200] * len(bodies)
 
 
+class _NotReady(Exception):
+    """Prometheus answers 503 until its TSDB has opened."""
+
+
 def _values(url: str, expr: str) -> list[float]:
     r = requests.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10)
+    if r.status_code == 503:
+        raise _NotReady(r.text)
     assert r.status_code == 200, (expr, r.text)
     data = r.json()["data"]
     assert data["resultType"] == "vector", expr
@@ -118,7 +124,7 @@ def _wait(condition: Any, what: str, timeout: float = 60) -> None:
         try:
             if condition():
                 return
-        except requests.ConnectionError:  # not listening yet
+        except (requests.ConnectionError, _NotReady):  # not listening or not ready yet
             pass
         if time.monotonic() > deadline:
             raise AssertionError(f"Prometheus: no {what} in {timeout} s")
