@@ -9,7 +9,10 @@ sockets would turn every real request away). The protocol below adds:
 - an idle bound from the start: a connection that sends nothing is closed after
   `timeout_keep_alive`, as one idling between requests is;
 - a bound on the head: from a request's first byte, its headers must be in within
-  `timeout_request_head_s` and `max_head_bytes`, else 408 or 431 and the connection closes;
+  `timeout_request_head_s` and `max_head_bytes`, else 408 or 431 and the connection closes,
+  lingering: the answer goes, the write side shuts, and what the client still sends is read and
+  dropped for up to `LINGER_S` (closing with unread bytes makes the kernel send a reset, and a
+  reset can discard the answer before the client reads it, as Apache's lingering close avoids);
 - a bound on a body answered early (a 413): the rest of it is read and dropped, and the connection
   closes `timeout_keep_alive` after the answer, however long the client goes on sending.
 
@@ -27,6 +30,9 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from tt_backend.openai_front.responses import error_body
+
+LINGER_S = 2.0
+"""Seconds a refused connection goes on reading (and dropping) before it closes."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,8 @@ def guarded_protocol(limits: ServerLimits) -> type[HttpToolsProtocol]:
             """The current request's body has ended (True between requests)."""
             self._lingering = False
             """The answer went before the request's body ended: the rest is being dropped."""
+            self._refused = False
+            """A 408 or 431 went: what comes until the close is dropped unparsed."""
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -84,6 +92,8 @@ def guarded_protocol(limits: ServerLimits) -> type[HttpToolsProtocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
             super().data_received(data)
             # Still in a head: `data` was head (a read that also ends the request before counts
             # whole, so pipelined requests may reach the limit a read early).
@@ -133,6 +143,11 @@ def guarded_protocol(limits: ServerLimits) -> type[HttpToolsProtocol]:
             reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
             self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                                  b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
-            self.transport.close()
+            self._refused = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()  # after the answer is flushed; reading goes on
+                self.loop.call_later(LINGER_S, self.transport.close)
+            else:
+                self.transport.close()
 
     return GuardedHttpToolsProtocol
