@@ -39,14 +39,16 @@ def build_torch_engine(config: EngineConfig) -> LLMEngine:
     device = select_device(config.device)
     gguf = gguf_source(config.model) if ComputePlan.may_keep_blocks(device, config.weight_dtype) else None
     plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
-                               weight_dtype=config.weight_dtype, quantized_checkpoint=gguf is not None)
+                               weight_dtype=config.weight_dtype, quantized_checkpoint=gguf is not None,
+                               quant_activations=config.quant_activations)
     # The blocks are read (~the file's size) only when the plan keeps them, not when it widens or
     # quantizes at load (weight_dtype=q8_0 / q4_0 requantize the loaded weights instead).
     keeps_file_blocks = plan.quantized and plan.quantize_to is None
     quantized = GgufLinears.read(gguf) if gguf is not None and keeps_file_blocks else None
     if keeps_file_blocks and not (quantized and quantized.tensors):  # a GGUF without quantized linears
         plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,
-                                   weight_dtype=config.weight_dtype, quantized_checkpoint=False)
+                                   weight_dtype=config.weight_dtype, quantized_checkpoint=False,
+                                   quant_activations=config.quant_activations)
     logger.info("%s", plan.describe())
     dtype = plan.activations
     registry = build_registry("torch", extra_models_dir=config.extra_models_dir,

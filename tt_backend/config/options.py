@@ -34,6 +34,7 @@ DeviceName = Literal["auto", "cpu", "cuda", "tt"]
 CpuKernelsName = Literal["auto", "native", "torch"]
 CpuIsaName = Literal["auto", "portable", "avx2", "avx512", "avx512_bf16", "amx", "neon"]
 WeightDtypeName = Literal["auto", "quantized", "bfloat16", "float32", "q8_0", "q4_0"]
+QuantActivationsName = Literal["float32", "int8"]
 
 # Option names accepted besides the field's own (after the `tt.` prefix is removed).
 _ALIASES = {"MESH_DEVICE": "mesh_device"}
@@ -53,6 +54,8 @@ class EngineConfig:
     bfloat16 linear weights (see devices/cpu/compute_plan.py)."""
     weight_dtype: WeightDtypeName = "auto"
     """CPU linears: quantized (auto: unless bf16 runs on oneDNN) keep a GGUF's blocks; q8_0/q4_0 quantize."""
+    quant_activations: QuantActivationsName = "float32"
+    """Inputs of linears on blocks: float32 (exact fp32 sums) or int8 (llama.cpp's, per 32: integer dots)."""
     device: DeviceName = "auto"
     """cpu, cuda, tt (a Tenstorrent mesh through ttnn), or auto: tt when ttnn imports and reports
     a device, else cuda when torch sees one, else cpu."""

@@ -148,7 +148,7 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
         if weight is None:
             continue
         assert isinstance(child, nn.Linear | nn.Embedding)
-        layer = _quantized(child, weight, kernels, plan.activations, exact)
+        layer = _quantized(child, weight, kernels, plan, exact)
         if layer is None:
             dense.append(name)
             continue
@@ -157,8 +157,12 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
         kept[f"{_generic(name)} {weight.format}"] += 1
     ns = f"tt_backend_{kernels.level}"
     lines = [f"  {count} x {what}" for what, count in sorted(kept.items())]
-    lines.append(f"  kernels: linear {ns}::quant_linear (blocks streamed up to {_stream_rows(module)} rows, "
-                 f"dequantized in bands for torch's fp32 GEMM beyond); embedding rows dequantized on lookup")
+    if plan.int8_activations:
+        linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
+    else:
+        linear = f"{ns}::quant_linear (blocks streamed up to {_stream_rows(module)} rows, dequantized in " \
+                 "bands for torch's fp32 GEMM beyond)"
+    lines.append(f"  kernels: linear {linear}; embedding rows dequantized on lookup")
     if dense:
         lines.append(f"  kept dense (the blocks did not dequantize to the loaded weight): {', '.join(dense)}")
     return lines
@@ -180,7 +184,7 @@ def _weight_for(name: str, child: nn.Module, tensors: dict[str, QuantizedTensor]
 
 
 def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels: CpuKernels,
-               dtype: torch.dtype, exact: bool) -> nn.Module | None:
+               plan: ComputePlan, exact: bool) -> nn.Module | None:
     loaded = child.weight.detach()
     if tuple(loaded.shape) != (weight.rows, weight.cols):
         return None
@@ -188,9 +192,9 @@ def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels
                                                            weight.cols).to(loaded.dtype), loaded):
         return None
     if isinstance(child, nn.Embedding):
-        return QuantizedEmbedding(weight, dtype, kernels)
+        return QuantizedEmbedding(weight, plan.activations, kernels)
     bias = child.bias.detach() if isinstance(child, nn.Linear) and child.bias is not None else None
-    return QuantizedLinear(weight, bias, kernels)
+    return QuantizedLinear(weight, bias, kernels, plan.int8_activations)
 
 
 def _generic(name: str) -> str:

@@ -24,6 +24,11 @@ while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measur
 `q8_0` / `q4_0` quantize any checkpoint's linear layers at load (`devices/cpu/quantize.py`,
 `models/quantize_at_load.py`) and serve them as `quantized` serves a GGUF's; they need the native
 kernels on the CPU and refuse anything else.
+
+`quant_activations=int8` runs the layers on blocks as llama.cpp does (`quant_linear_q8`: the inputs
+quantized to int8 per 32, integer dot products per block): faster decode (Q4_1 1.4-1.6x per layer
+on one core, `bench/quant_kernels.py`) at about 0.5% relative error per layer; it keeps a GGUF's
+blocks under weight_dtype=auto and needs blocks (a GGUF's, or q8_0 / q4_0) to apply to.
 """
 
 from __future__ import annotations
@@ -72,12 +77,17 @@ class ComputePlan:
     `weights` are the path of the others."""
     quantize_to: QuantFormat | None = None
     """weight_dtype=q8_0 / q4_0: the format the linear layers are quantized to at load (`quantized`)."""
+    int8_activations: bool = False
+    """quant_activations=int8: the layers on blocks take int8 inputs (`quant_linear_q8`)."""
 
     @classmethod
     def resolve(cls, device: torch.device, dtype: str = "auto", cpu_isa: str = "auto",
                 cpu_kernels: str = "auto", caps: CpuCapabilities | None = None, weight_dtype: str = "auto",
-                quantized_checkpoint: bool = False) -> ComputePlan:
+                quantized_checkpoint: bool = False, quant_activations: str = "float32") -> ComputePlan:
         """`quantized_checkpoint`: the checkpoint holds quantized linear layers (a GGUF file's)."""
+        if quant_activations not in ("float32", "int8"):
+            raise ValueError(f"quant_activations={quant_activations!r} is not one of float32, int8")
+        int8 = quant_activations == "int8"
         if dtype != "auto" and dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r} is not one of auto, {', '.join(DTYPES)}")
         if weight_dtype not in WEIGHT_DTYPES:
@@ -87,6 +97,9 @@ class ComputePlan:
                              "than the activations; use weight_dtype=auto or bfloat16")
         quantize_to = QUANTIZE_AT_LOAD.get(weight_dtype)
         if device.type != "cpu":
+            if int8:
+                raise ValueError(f"quant_activations=int8: layers on quantized blocks run on the native CPU "
+                                 f"kernels, not on {device.type}")
             if quantize_to is not None:
                 raise ValueError(f"weight_dtype={weight_dtype}: blocks quantized at load run on the native "
                                  f"CPU kernels, not on {device.type}; use weight_dtype=auto there")
@@ -102,8 +115,14 @@ class ComputePlan:
                              f"kernels, which are off (cpu_kernels={cpu_kernels}"
                              f"{'' if cpu_kernels == 'torch' else ': they could not be built, see above'})")
         bf16_dense = dtype == "bfloat16" or (dtype == "auto" and level in BF16_LEVELS)
-        keep = weight_dtype == "quantized" or (weight_dtype == "auto" and not bf16_dense)
+        keep = weight_dtype == "quantized" or (weight_dtype == "auto" and (int8 or not bf16_dense))
         quantized = (keep and quantized_checkpoint and kernels is not None) or quantize_to is not None
+        if int8 and not quantized:
+            raise ValueError(f"quant_activations=int8 applies to linear layers on quantized blocks, and this "
+                             f"plan has none (weight_dtype={weight_dtype}, "
+                             f"{'a' if quantized_checkpoint else 'no'} quantized checkpoint, "
+                             f"native kernels {'on' if kernels is not None else 'off'}): serve a GGUF's "
+                             "blocks or quantize at load with weight_dtype=q8_0 / q4_0")
         if keep and quantized_checkpoint and kernels is None:
             logger.warning("weight_dtype=%s: the GGUF's quantized blocks run on the native kernels, which "
                            "are off; widening them", weight_dtype)
@@ -116,7 +135,7 @@ class ComputePlan:
         if weight_dtype in DTYPES and kernels is not None or weight_dtype == "float32":
             weights = DTYPES[weight_dtype]
         return cls(device, act, weights, _linear_path(level, act, weights, kernels), level, kernels,
-                   cpu_kernels == "native", quantized, quantize_to)
+                   cpu_kernels == "native", quantized, quantize_to, int8)
 
     @staticmethod
     def may_keep_blocks(device: torch.device, weight_dtype: str) -> bool:
@@ -150,7 +169,8 @@ class ComputePlan:
             "torch": "torch F.linear",
         }[self.linear]
         if self.quantized:
-            linear = f"{ns}quant_linear on {self._blocks} (listed per layer at load); others: {linear}"
+            op = "quant_linear_q8 (int8 inputs)" if self.int8_activations else "quant_linear"
+            linear = f"{ns}{op} on {self._blocks} (listed per layer at load); others: {linear}"
         return {
             "linear layers and LM head": linear,
             "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",

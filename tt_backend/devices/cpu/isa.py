@@ -36,7 +36,7 @@ REQUIRED: dict[IsaLevel, tuple[str, ...]] = {
     "portable": (),
     "avx2": ("avx2", "fma", "f16c"),
     "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq"),
-    "avx512_bf16": ("avx512_bf16",),
+    "avx512_bf16": ("avx512_bf16", "avx512_vnni"),
     "amx": ("amx_tile", "amx_bf16"),
     "neon": ("asimd",),
 }
@@ -48,8 +48,9 @@ LEVEL_FLAGS: dict[tuple[Arch, IsaLevel], list[str]] = {
     ("x86_64", "portable"): ["-march=x86-64", *_X86_BASE],
     ("x86_64", "avx2"): ["-march=x86-64", *_AVX2],
     ("x86_64", "avx512"): ["-march=x86-64", *_AVX512],
-    ("x86_64", "avx512_bf16"): ["-march=x86-64", *_AVX512, "-mavx512bf16"],
-    ("x86_64", "amx"): ["-march=x86-64", *_AVX512, "-mavx512bf16", "-mamx-tile", "-mamx-bf16"],
+    ("x86_64", "avx512_bf16"): ["-march=x86-64", *_AVX512, "-mavx512bf16", "-mavx512vnni"],
+    ("x86_64", "amx"): ["-march=x86-64", *_AVX512, "-mavx512bf16", "-mavx512vnni", "-mamx-tile",
+                        "-mamx-bf16"],
     # NEON is part of the aarch64 baseline: both levels compile the same portable loops, which the
     # compiler vectorises with it (no NEON intrinsics yet).
     ("aarch64", "portable"): ["-march=armv8-a"],

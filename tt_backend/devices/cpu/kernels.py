@@ -17,6 +17,8 @@ library per instruction-set level (`isa.py`).
 - csrc/quant_linear.cpp: `quant_linear`, fp32 (or bf16) activations times a weight held as GGUF blocks
   (Q8_0, Q4_0, Q4_1, and the K-quants Q4_K, Q5_K, Q6_K read from csrc/quant_k.h, which it includes;
   `devices/cpu/quant.py`), and `dequantize_blocks`, the blocks as fp32.
+- csrc/quant_linear_q8.cpp: `quant_linear_q8`, the same layer with int8 activations (llama.cpp's
+  scheme: integer dot products per block), and `quantize_q8`, the activations it computes on.
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the
@@ -46,9 +48,10 @@ logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
-           CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp"]
+           CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp"]
 OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "wide_linear",
-       "tile_linear", "linear", "quant_linear", "dequantize_blocks")
+       "tile_linear", "linear", "quant_linear", "dequantize_blocks",
+       "quant_linear_q8", "quantize_q8")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
 # -fno-trapping-math changes no value; without it GCC vectorises no loop that compares floats (the
 # portable SiLU ran 9x slower than torch's).
@@ -134,6 +137,19 @@ class CpuKernels:
         the blocks up to `small_rows` rows, dequantized band by band into torch's fp32 GEMM beyond."""
         out: torch.Tensor = self.ops.quant_linear(x, blocks, fmt, in_features, bias, small_rows)
         return out
+
+    def quant_linear_q8(self, x: torch.Tensor, blocks: torch.Tensor, fmt: int, in_features: int,
+                        bias: torch.Tensor | None) -> torch.Tensor:
+        """`quant_linear` with x quantized to int8 per 32 inputs (`quantize_q8`) and integer dot
+        products per block, at every batch size (csrc/quant_linear_q8.cpp has the exact formula)."""
+        out: torch.Tensor = self.ops.quant_linear_q8(x, blocks, fmt, in_features, bias)
+        return out
+
+    def quantize_q8(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [M, K] fp32 -> (q [M, K] int8, d [M, K / 32] fp32, s [M, K / 16] int32): per 32 inputs
+        d = max|x| / 127 and q = round(x * (1 / d)) (ties to even), s the sums of each 16 q."""
+        q, d, s = self.ops.quantize_q8(x)
+        return q, d, s
 
     def dequantize_blocks(self, blocks: torch.Tensor, fmt: int, in_features: int) -> torch.Tensor:
         """The fp32 weight [N, K] the blocks hold (ggml's dequantize_row_*, bit for bit)."""

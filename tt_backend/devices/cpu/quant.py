@@ -23,7 +23,8 @@ blocks is the fp32 model of the dequantized weights; only the order of the fp32 
 dense matmul's.
 
 `QuantizedLinear` runs `quant_linear` (streamed from the blocks at decode sizes, dequantized band by
-band into torch's fp32 GEMM beyond); `QuantizedEmbedding` dequantizes only the rows it looks up.
+band into torch's fp32 GEMM beyond), or `quant_linear_q8` (int8 inputs, llama.cpp's scheme);
+`QuantizedEmbedding` dequantizes only the rows it looks up.
 """
 
 from __future__ import annotations
@@ -165,8 +166,10 @@ class QuantizedLinear(nn.Module):
     blocks: torch.Tensor
     bias: torch.Tensor | None
 
-    def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None, kernels: CpuKernels) -> None:
+    def __init__(self, weight: QuantizedTensor, bias: torch.Tensor | None, kernels: CpuKernels,
+                 int8_activations: bool = False) -> None:
         super().__init__()
+        self.int8_activations = int8_activations
         self.format: QuantFormat = weight.format
         self.fmt = FORMAT_IDS[weight.format]
         self.in_features, self.out_features = weight.cols, weight.rows
@@ -176,11 +179,14 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int8_activations:
+            return self.kernels.quant_linear_q8(x, self.blocks, self.fmt, self.in_features, self.bias)
         return self.kernels.quant_linear(x, self.blocks, self.fmt, self.in_features, self.bias,
                                          self.small_rows)
 
     def extra_repr(self) -> str:
-        return f"{self.in_features}, {self.out_features}, format={self.format}"
+        int8 = ", int8 inputs" if self.int8_activations else ""
+        return f"{self.in_features}, {self.out_features}, format={self.format}{int8}"
 
 
 class QuantizedEmbedding(nn.Module):
