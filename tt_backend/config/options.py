@@ -187,8 +187,9 @@ class EngineConfig:
             elif typing.get_origin(kind) is Literal:
                 check_choice(option.name, getattr(self, option.name), typing.get_args(kind))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
-                     "data_parallel_size"):
-            if getattr(self, name) < 1:
+                     "data_parallel_size", "max_model_len", "num_kv_blocks", "grammar_compile_timeout_s",
+                     "max_parked_requests"):  # (max_model_len, num_kv_blocks: None is auto)
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
             raise ValueError(f"kv_cache_memory_bytes must be >= 1 (or auto), got "
@@ -206,10 +207,6 @@ class EngineConfig:
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
                              f"max_num_seqs={self.max_num_seqs}: a full decode step would not fit")
-        if self.max_model_len is not None and self.max_model_len < 1:
-            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
-        if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
-            raise ValueError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
         if self.extra_models_dir and not Path(self.extra_models_dir).is_dir():
             raise ValueError(f"extra_models_dir={self.extra_models_dir!r} is not a directory "
                              "(the option, or the env EXTRA_MODELS_DIR)")
@@ -220,9 +217,6 @@ class EngineConfig:
                              "is not supported yet")
         if self.enable_chunked_prefill is False and self.max_model_len is not None:
             check_unchunked_budget(self.max_num_batched_tokens, self.max_model_len)
-        for name in ("grammar_compile_timeout_s", "max_parked_requests"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.grammar_cache_bytes < 0:
             raise ValueError(f"grammar_cache_bytes must be >= 0 (0: no cache), got "
                              f"{self.grammar_cache_bytes}")
