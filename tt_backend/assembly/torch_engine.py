@@ -1,5 +1,7 @@
 """The torch engine: checkpoint → compute plan → model → runner over every lane → KV capacity
-(late, when auto) → allocate → warmup → the shared finishing step."""
+(late, when auto) → allocate → warmup → the shared finishing step, on a thread of its own that ends
+with the build (`on_own_thread` says why: the thread that steps the engine is then the only one
+that holds OpenMP workers)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from tt_backend.assembly.kv_sizing import size_kv_cache
 from tt_backend.config import EngineConfig
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.torch.device import TorchDevice, select_device
+from tt_backend.devices.torch.own_thread import on_own_thread
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.capabilities import ModelCapabilities, check_lanes
 from tt_backend.models.checkpoint import resolve_model_dir
@@ -35,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 
 def build_torch_engine(config: EngineConfig) -> LLMEngine:
+    return on_own_thread(lambda: _build(config), "tt-build")
+
+
+def _build(config: EngineConfig) -> LLMEngine:
     model_dir = resolve_model_dir(config.model)
     device = select_device(config.device)
     gguf = gguf_source(config.model) if ComputePlan.may_keep_blocks(device, config.weight_dtype) else None
