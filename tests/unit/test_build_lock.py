@@ -1,4 +1,5 @@
-"""A killed native build's lock file is removed once it is stale, never while a build may hold it."""
+"""A killed native build's lock file is removed once it is stale, never while a build may hold it; every
+build runs the same ninja."""
 
 import os
 import time
@@ -36,3 +37,20 @@ def test_a_stale_lock_is_removed(lock: Path, caplog: pytest.LogCaptureFixture) -
 
 def test_no_lock_is_nothing_to_do(lock: Path) -> None:
     assert not clear_stale_lock("tt_backend_test_kernels")
+
+
+def test_every_build_runs_the_ninja_wheels_ninja(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ninja 1.11 (Debian's) and 1.13 (the wheel's) read each other's build logs as changed commands:
+    whichever came first on PATH rebuilt every level the other had built. The wheel's goes first."""
+    import shutil
+
+    import ninja
+
+    from tt_backend.devices.cpu.kernels import _ninja_first_on_path
+
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    _ninja_first_on_path()
+    assert os.environ["PATH"] == f"{ninja.BIN_DIR}{os.pathsep}/usr/bin:/bin"
+    assert shutil.which("ninja") == str(Path(ninja.BIN_DIR) / "ninja")
+    _ninja_first_on_path()  # already first: PATH unchanged
+    assert os.environ["PATH"] == f"{ninja.BIN_DIR}{os.pathsep}/usr/bin:/bin"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import threading
 from dataclasses import dataclass
@@ -173,9 +172,24 @@ def load_kernels(level: IsaLevel) -> CpuKernels:
     return kernels
 
 
+def _ninja_first_on_path() -> None:
+    """torch's extension builder runs the first `ninja` on PATH, and ninja versions keep their build
+    logs in formats that read as changed commands to each other: with a system ninja (1.11) and the
+    `ninja` wheel's (1.13) every build found the library stale whenever the other had built it last
+    and compiled it again (~30 s on 2 cores): the server puts the venv's bin first on PATH, a plain
+    `.venv/bin/python` (the tests, the benchmarks) did not. The wheel's ninja goes first here."""
+    try:
+        import ninja
+        wheel_bin = str(ninja.BIN_DIR)
+    except (ImportError, AttributeError):
+        wheel_bin = str(Path(sys.executable).parent)  # where a venv's scripts lie
+    path = os.environ.get("PATH", "")
+    if path.split(os.pathsep)[0] != wheel_bin and (Path(wheel_bin) / "ninja").is_file():
+        os.environ["PATH"] = f"{wheel_bin}{os.pathsep}{path}"
+
+
 def _build(level: IsaLevel) -> str | None:
-    if shutil.which("ninja") is None:  # the `ninja` wheel puts it beside the interpreter
-        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    _ninja_first_on_path()
     arch = probe().arch
     flags = [*_FLAGS, *LEVEL_FLAGS[(arch, level)], f"-DTT_NS={namespace(level)}"]
     try:
