@@ -10,7 +10,10 @@ thread that is not the main one, as the engine thread calls them, at 1 and 32 ro
 when FILE holds none for this CPU: `scripts/setup.sh` and `scripts/serve.sh` use it.
 
 Intel OpenMP helped on the Intel machine it was first measured on (20 vs 14 tok/s single-stream)
-and made fp32 products 25-30% slower on an AMD Zen 3: hence a measurement, not a vendor rule.
+and made fp32 products 25-30% slower on an AMD Zen 3: hence a measurement, not a vendor rule. (Much
+of that help was libgomp's slowdown while two threads hold OpenMP pools, the main thread that had
+loaded the model and the engine thread; the engine is now built on a thread that ends first:
+`bench/openmp_threads.py`.)
 
     .venv/bin/python bench/openmp.py [--choose .venv/.tt_backend-openmp]
 """
