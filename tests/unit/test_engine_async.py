@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from tests.conftest import CHAT_PROMPTS
 from tests.unit.test_engine import serve
 from tt_backend.assembly import build_engine
@@ -87,3 +89,32 @@ def test_abort_while_steps_are_in_flight_frees_everything(chat_ids: Any) -> None
     assert outputs[-1].finish_reason == "abort" and sum(len(o.new_token_ids) for o in outputs) < 200
     assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
     assert engine.runner.reader.num_pending == 0
+
+
+def test_with_async_every_step_and_its_host_sampling_run_on_the_device_thread(
+        chat_ids: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One thread runs torch's parallel regions (devices/torch/own_thread.py says what a second
+    costs): the prefill steps and the host path too, not only the decode steps launched ahead."""
+    from tt_backend.models.llama import LlamaForCausalLM
+    from tt_backend.sampling.host_sampler import HostBatch
+
+    seen: dict[str, set[str]] = {"forward": set(), "host": set()}
+    forward, host = LlamaForCausalLM.forward, HostBatch.sample
+
+    def recording_forward(self: LlamaForCausalLM, *args: Any) -> Any:
+        seen["forward"].add(threading.current_thread().name)
+        return forward(self, *args)
+
+    def recording_host(self: HostBatch, logits: Any) -> Any:
+        seen["host"].add(threading.current_thread().name)
+        return host(self, logits)
+
+    engine = build_engine(EngineConfig(dtype="float32", max_model_len=256, max_num_seqs=4, trace_mode="none",
+                                       async_scheduling=True))
+    monkeypatch.setattr(LlamaForCausalLM, "forward", recording_forward)  # (eager steps call it)
+    monkeypatch.setattr(HostBatch, "sample", recording_host)
+    requests = [(chat_ids(CHAT_PROMPTS[0]), SamplingParams(max_tokens=8, ignore_eos=True)),
+                (chat_ids(CHAT_PROMPTS[1]), SamplingParams(max_tokens=8, ignore_eos=True, logprobs=2))]
+    outputs = serve(engine, requests, queue_before_start=True)
+    assert [sum(len(o.new_token_ids) for o in outs) for outs in outputs] == [8, 8]
+    assert seen == {"forward": {"tt-device"}, "host": {"tt-device"}}

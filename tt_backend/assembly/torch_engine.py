@@ -113,6 +113,8 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
     kv = PagedKVCacheConfig(spec.num_layers, num_blocks, config.block_size, spec.num_kv_heads, spec.head_dim,
                             dtype)
     torch_device = TorchDevice.for_device(device)
+    if config.async_scheduling:  # every step and its host sampling on the thread decode runs ahead on
+        torch_device.start_device_thread()
     batches = DENSE_BATCHES if torch_device.dense_prefill_batches else PHYSICAL_BATCHES
     plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
                                      config.total_num_seqs, config.max_num_batched_tokens, batches,

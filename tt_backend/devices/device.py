@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
 from tt_backend.contract.modes import TraceMode
 
+T = TypeVar("T")
 StepFn = Callable[..., torch.Tensor]
 
 
@@ -99,6 +100,10 @@ class Device(Protocol):
 
     def synchronize(self) -> None:
         """Block until every launched piece of work has finished."""
+
+    def run_in_order(self, work: Callable[[], T]) -> T:
+        """Run host work (sampling from a step's logits) once every launched piece of work has
+        finished, where the device's own work runs; return what it returns."""
 
     def return_free_host_memory(self) -> None:
         """Hand freed host memory back to the system (after captures)."""

@@ -29,10 +29,10 @@ class OutputReader:
         return self._device.launch(work, asynchronous=False).host()
 
     def after_launched(self, work: Callable[[], T]) -> T:
-        """Run `work` here once everything launched before it has finished; return what it
-        returns (the host path: its logits stay where the device put them)."""
-        self._device.synchronize()
-        return work()
+        """Run `work` once everything launched before it has finished, where the device runs its
+        work (`Device.run_in_order`); return what it returns (the host path: its logits stay where
+        the device put them)."""
+        return self._device.run_in_order(work)
 
     def submit(self, work: Callable[[], torch.Tensor]) -> int:
         handle = next(self._ids)

@@ -12,7 +12,8 @@ Both implement `devices.device.Device`, the protocol a ttnn mesh device implemen
 
 `TorchDevice.for_device` picks the class once. CPU capture is a TorchScript trace of the step
 (measured fastest here; see `CpuTorchDevice.capture`), CUDA capture is a CUDA graph. CPU work
-launched asynchronously runs on one device thread, in order, like a device command queue; CUDA
+launched asynchronously runs on one device thread, in order, like a device command queue, and once
+an engine that launches so has started that thread (`start_device_thread`), all its work does; CUDA
 work is launched inline (kernels are asynchronous already).
 """
 
@@ -26,6 +27,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import torch
 
@@ -41,7 +43,8 @@ from tt_backend.devices.torch.captures import (
     ScriptCapture,
 )
 
-_Jobs = queue.SimpleQueue[tuple[Callable[[], torch.Tensor], Future[torch.Tensor]] | None]
+T = TypeVar("T")
+_Jobs = queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None]
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -108,6 +111,15 @@ class TorchDevice(ABC):
     def synchronize(self) -> None:
         """Block until every launched piece of work has finished."""
 
+    def run_in_order(self, work: Callable[[], T]) -> T:
+        """Run host work once every launched piece of work has finished; return what it returns."""
+        self.synchronize()
+        return work()
+
+    @abstractmethod
+    def start_device_thread(self) -> None:
+        """Run all work on a device thread of its own from now on, where the device has one."""
+
     @abstractmethod
     def return_free_host_memory(self) -> None: ...
 
@@ -171,14 +183,29 @@ class CpuTorchDevice(TorchDevice):
             self._graphs[fn] = graph
         return graph
 
+    def start_device_thread(self) -> None:
+        """Run all work on the device thread from now on (an engine that launches asynchronously
+        calls this before its first step): blocking work and host work too, not only what is
+        launched asynchronously, or two threads would run torch's parallel regions, and with libgomp
+        every region in either costs ~90 us more (`devices/torch/own_thread.py`): async decode ran
+        at half the synchronous speed."""
+        self._device_queue()
+
     def launch(self, work: Callable[[], torch.Tensor], asynchronous: bool) -> Launched:
-        """Run `work` in device order: now, or on the device thread behind the work before it."""
+        """Run `work` in device order: on the device thread behind the work before it, or, blocking
+        while there is no device thread, here."""
         if not asynchronous:
-            self.synchronize()
-            return Ready(work())
+            return Ready(self.run_in_order(work))
         future: Future[torch.Tensor] = Future()
         self._device_queue().put((work, future))
         return FromThread(future)
+
+    def run_in_order(self, work: Callable[[], T]) -> T:
+        if self._queue is None:
+            return work()
+        future: Future[T] = Future()
+        self._queue.put((work, future))
+        return future.result()
 
     def synchronize(self) -> None:
         if self._queue is not None:
@@ -255,6 +282,9 @@ class CudaTorchDevice(TorchDevice):
         with torch.inference_mode(), torch.cuda.graph(graph, pool=self._pool):  # type: ignore[arg-type]
             output = step(*inputs)
         return GraphCapture(graph, output)
+
+    def start_device_thread(self) -> None:
+        """Nothing: CUDA work is launched inline, its kernels run asynchronously already."""
 
     def launch(self, work: Callable[[], torch.Tensor], asynchronous: bool) -> Launched:
         """Launch `work` here and copy its result to pinned host memory behind an event."""
