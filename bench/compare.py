@@ -104,19 +104,29 @@ def read_bandwidth_gbs() -> float:
 
 
 def decode_bytes_per_token(level: str, context: int) -> tuple[float, str]:
-    """Bytes one decode step of the default model reads at `level` with dtype=auto, and how."""
+    """Bytes one decode step of the default model (its GGUF) reads at `level` with the default options,
+    and how: the linear weights as the plan holds them (the file's blocks where it keeps them, their
+    bytes as the file has them; else widened) and the KV cache at `context` tokens."""
+    import gguf
     import torch
 
     from tt_backend.devices.cpu.compute_plan import ComputePlan
+    from tt_backend.models.checkpoint import default_gguf_path
 
-    plan = ComputePlan.resolve(torch.device("cpu"), "auto", level)
+    plan = ComputePlan.resolve(torch.device("cpu"), "auto", level, quantized_checkpoint=True)
     layers, hidden, heads, kv_heads, head_dim, inter, vocab = 30, 576, 9, 3, 64, 1536, 49152
     per_layer = hidden * ((heads + 2 * kv_heads) * head_dim + heads * head_dim + 3 * inter)
     linear = layers * per_layer + hidden * vocab
     kv = layers * 2 * kv_heads * head_dim * context
     size = {torch.bfloat16: 2, torch.float32: 4, torch.float16: 2}
-    total = linear * size[plan.weights] + kv * size[plan.activations]
-    return total, (f"{linear / 1e6:.1f}M linear weights in {plan.weights}, KV of {context} tokens in "
+    if plan.quantized:  # every tensor but the norms is a linear weight (the embedding: the tied LM head)
+        tensors = gguf.GGUFReader(default_gguf_path()).tensors
+        weights = sum(int(t.n_bytes) for t in tensors if "norm" not in t.name)
+        held = f"the GGUF's blocks ({', '.join(sorted({t.tensor_type.name for t in tensors} - {'F32'}))})"
+    else:
+        weights, held = linear * size[plan.weights], str(plan.weights)
+    total = weights + kv * size[plan.activations]
+    return total, (f"{linear / 1e6:.1f}M linear weights as {held}, KV of {context} tokens in "
                    f"{plan.activations}")
 
 
