@@ -43,6 +43,20 @@ constexpr int64_t block_bytes(int64_t f) {
 }
 constexpr int64_t chunks(int64_t f) { return block_weights(f) / kQk; }
 
+// fn(std::integral_constant<int64_t, F>{}) for the format id `format` (checked by the caller): each kernel is
+// compiled once per format.
+template <typename Fn>
+inline void by_format(int64_t format, Fn&& fn) {
+  if (format == kQ8_0) fn(std::integral_constant<int64_t, kQ8_0>{});
+  else if (format == kQ4_0) fn(std::integral_constant<int64_t, kQ4_0>{});
+  else if (format == kQ4_1) fn(std::integral_constant<int64_t, kQ4_1>{});
+  else if (format == kQ4_K) fn(std::integral_constant<int64_t, kQ4_K>{});
+  else if (format == kQ5_K) fn(std::integral_constant<int64_t, kQ5_K>{});
+  else if (format == kQ5_0) fn(std::integral_constant<int64_t, kQ5_0>{});
+  else if (format == kQ5_1) fn(std::integral_constant<int64_t, kQ5_1>{});
+  else fn(std::integral_constant<int64_t, kQ6_K>{});
+}
+
 template <typename Fn, int64_t... J>
 inline void each_chunk_of(Fn&& fn, std::integer_sequence<int64_t, J...>) {
   (fn(std::integral_constant<int64_t, J>{}), ...);

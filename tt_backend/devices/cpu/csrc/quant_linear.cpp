@@ -370,18 +370,6 @@ void check_blocks(const at::Tensor& blocks, int64_t format, int64_t K, const cha
               " bytes do not hold ", K, " weights of format ", format);
 }
 
-template <typename Fn>
-void by_format(int64_t format, Fn&& fn) {
-  if (format == kQ8_0) fn(std::integral_constant<int64_t, kQ8_0>{});
-  else if (format == kQ4_0) fn(std::integral_constant<int64_t, kQ4_0>{});
-  else if (format == kQ4_1) fn(std::integral_constant<int64_t, kQ4_1>{});
-  else if (format == kQ4_K) fn(std::integral_constant<int64_t, kQ4_K>{});
-  else if (format == kQ5_K) fn(std::integral_constant<int64_t, kQ5_K>{});
-  else if (format == kQ5_0) fn(std::integral_constant<int64_t, kQ5_0>{});
-  else if (format == kQ5_1) fn(std::integral_constant<int64_t, kQ5_1>{});
-  else fn(std::integral_constant<int64_t, kQ6_K>{});
-}
-
 at::Tensor dequantize_blocks(const at::Tensor& blocks, int64_t format, int64_t K) {
   check_blocks(blocks, format, K, "dequantize_blocks");
   auto w = at::empty({blocks.size(0), K}, blocks.options().dtype(at::kFloat));

@@ -271,18 +271,6 @@ void q8_rows(const std::vector<Q8Rows>& rows, const uint8_t* w, const float* bia
   });
 }
 
-template <typename Fn>
-void by_format(int64_t format, Fn&& fn) {
-  if (format == kQ8_0) fn(std::integral_constant<int64_t, kQ8_0>{});
-  else if (format == kQ4_0) fn(std::integral_constant<int64_t, kQ4_0>{});
-  else if (format == kQ4_1) fn(std::integral_constant<int64_t, kQ4_1>{});
-  else if (format == kQ4_K) fn(std::integral_constant<int64_t, kQ4_K>{});
-  else if (format == kQ5_K) fn(std::integral_constant<int64_t, kQ5_K>{});
-  else if (format == kQ5_0) fn(std::integral_constant<int64_t, kQ5_0>{});
-  else if (format == kQ5_1) fn(std::integral_constant<int64_t, kQ5_1>{});
-  else fn(std::integral_constant<int64_t, kQ6_K>{});
-}
-
 // x [M, K] fp32 -> (q [M, K] int8, d [M, K / 32] fp32, s [M, K / 16] int32).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q8(const at::Tensor& x) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "quantize_q8: x must be a 2-d float32 tensor");
