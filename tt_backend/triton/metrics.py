@@ -159,10 +159,12 @@ class EngineMetrics:
             self.itl[(lane, "")].observe(seconds)
         for done in stats.finished:
             self._finished(lane, done)
-        self.running[(lane, "")].set(stats.num_running)
-        self.waiting[(lane, "")].set(stats.num_waiting)
-        self.parked[(lane, "")].set(stats.num_parked)
+        # The queue gauges last: a scrape that sees this report's running and waiting (0 once idle) sees
+        # the rest of it too (a scrape between the sets saw running 0 beside the last step's KV usage).
         self.kv_usage[(lane, "")].set(stats.kv_cache_usage)
+        self.parked[(lane, "")].set(stats.num_parked)
+        self.waiting[(lane, "")].set(stats.num_waiting)
+        self.running[(lane, "")].set(stats.num_running)
 
     def _finished(self, lane: str, done: FinishedRequestStats) -> None:
         if done.reason is FinishReason.ERROR:
