@@ -76,6 +76,32 @@ def test_a_burst_is_prefilled_back_to_back_before_decode() -> None:
     assert ids == [("b",), ("c",), ("d",), ("a", "b", "c", "d")]
 
 
+def test_a_prompt_that_fits_a_step_of_its_own_is_not_chunked_to_fill_one() -> None:
+    s = make(budget=8)
+    for rid in "abc":
+        s.add(req(rid, 3))
+    first = s.schedule()
+    # c fits no more than 2 of the budget's last tokens: it waits whole for the next step, which
+    # follows at once (no decode step is owed: no prompt was left partial).
+    assert first.request_ids == ("a", "b") and [len(r.token_ids) for r in first.plan.rows] == [3, 3]
+    s.update(first, [1, 2])
+    second = s.schedule()
+    assert second.plan.mode == "prefill" and second.request_ids == ("c",)
+    assert [(r.start_position, len(r.token_ids), r.sample) for r in second.plan.rows] == [(0, 3, True)]
+
+
+def test_a_prompt_longer_than_the_budget_is_still_chunked_behind_others() -> None:
+    s = make(num_blocks=32, budget=8)
+    s.add(req("a", 3))
+    s.add(req("long", 12))
+    first = s.schedule()
+    assert first.request_ids == ("a",)  # long opens the next step, as a chunk of the whole budget
+    s.update(first, [1])
+    second = s.schedule()
+    assert second.request_ids == ("long",)
+    assert [(r.start_position, len(r.token_ids), r.sample) for r in second.plan.rows] == [(0, 8, False)]
+
+
 def test_unchunked_prompt_waits_for_budget() -> None:
     s = make(budget=8, chunked=False)
     s.add(req("big", 9))

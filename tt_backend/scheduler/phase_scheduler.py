@@ -6,7 +6,11 @@ it could do (`wants_prefill`, `decode_ready`, `prompt_left_partial`), imposes on
 them (`schedule(mode)`) and, when nothing can progress, has them `preempt_newest`. Within a step
 this lane decides (from the serving design):
 - A prompt longer than the step's token budget is split into chunks over several prefill steps
-  (`enable_chunked_prefill`).
+  (`enable_chunked_prefill`). A waiting prompt that does not fit what is left of a step's budget
+  opens the next step rather than filling this one as a partial chunk: a chunk would add a wave of
+  its own, owe a decode step before the next prefill (the cadence), and delay its own first token
+  by both (a burst of 32 100-token prompts at budget 2048: 20 + 12 rows in two steps, not
+  20 + a 48-token chunk, a decode step, then 12).
 - When a decode step runs out of KV blocks, the most recently admitted running request is
   preempted by recompute (its blocks freed, its tokens prefilled again on resume), so the oldest
   requests always progress.
@@ -200,6 +204,8 @@ class PhaseScheduler:
             request.prefill_target = request.num_tokens
             computed = self.kv.get_computed_blocks(request)
             cached = computed.num_tokens(self.config.block_size)
+            if rows and request.prefill_target - cached > budget:
+                break  # it would start as a partial chunk: it opens the next step instead
             n = self._reserve_chunk(request, budget, cached, computed)
             if n == 0:
                 break
