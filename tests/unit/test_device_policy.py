@@ -36,7 +36,7 @@ def test_for_device_picks_the_class_of_the_kind_once() -> None:
 
 
 def test_each_torch_device_states_its_policy() -> None:
-    policy = [(d.default_trace_mode, d.dense_prefill_batches, d.step_may_branch_on_host,
+    policy = [(d.default_trace_mode, d.dense_prefill_shapes, d.step_may_branch_on_host,
                d.captures_largest_first) for d in (CPU, CUDA)]
     assert policy == [(TraceMode.ALL, True, True, False), (TraceMode.DECODE_ONLY, False, False, True)]
 

@@ -46,6 +46,21 @@ def test_length_buckets_are_quarter_steps_of_the_power_of_two(n: int, padded: in
     assert padded_length(n) == padded
 
 
+@pytest.mark.parametrize("n, padded", [(1, 4), (5, 8), (16, 16), (17, 20), (100, 100), (101, 104),
+                                       (128, 128), (129, 136), (257, 272), (2000, 2048)])
+def test_fine_length_buckets_are_sixteenth_steps(n: int, padded: int) -> None:
+    assert padded_length(n, fine=True) == padded
+    assert padded_length(n, fine=True) <= padded_length(n)  # never past the coarse bucket's bounds
+
+
+def test_fine_lengths_pad_a_wave_to_its_longest_row_in_fine_steps() -> None:
+    fine = PrefillPlanConfig(True, 32, 2048, max_wave_tokens=2048, batches=DENSE_BATCHES, fine_lengths=True)
+    assert plan_prefill(rows(100, 97, 100), fine) == (PrefillWave((0, 1, 2), 3, 100),)
+    assert plan_prefill(rows(100, 97, 100), CONFIG) == (PrefillWave((0, 1, 2), 4, 112),)
+    # 20 x 100 tokens fit max_wave_tokens: one wave, where 112-token rows took 16 + 4
+    assert plan_prefill(rows(*[100] * 20), fine) == (PrefillWave(tuple(range(20)), 20, 100),)
+
+
 @pytest.mark.parametrize("plan, config, reason", [
     (rows(20, 20), PrefillPlanConfig(False, 32, 2048), "batching unsupported"),
     (rows(20, 20, 20), PrefillPlanConfig(True, 2, 2048), "padded batch 4 above the maximum 2"),

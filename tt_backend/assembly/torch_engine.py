@@ -115,10 +115,11 @@ def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapab
     torch_device = TorchDevice.for_device(device)
     if config.async_scheduling:  # every step and its host sampling on the thread decode runs ahead on
         torch_device.start_device_thread()
-    batches = DENSE_BATCHES if torch_device.dense_prefill_batches else PHYSICAL_BATCHES
+    dense = torch_device.dense_prefill_shapes
     plan = PrefillPlanConfig.resolve(caps.batched_prefill, caps.max_prefill_batch,
-                                     config.total_num_seqs, config.max_num_batched_tokens, batches,
-                                     batching_disabled=config.disable_batched_prefill)
+                                     config.total_num_seqs, config.max_num_batched_tokens,
+                                     DENSE_BATCHES if dense else PHYSICAL_BATCHES,
+                                     batching_disabled=config.disable_batched_prefill, fine_lengths=dense)
     trace = TraceConfig.resolve(config.trace_mode, torch_device.default_trace_mode)
     return ModelRunner(module, kv, layout, torch_device, trace,
                        DecodeRuntimeConfig.resolve(layout, config.total_num_seqs),

@@ -10,7 +10,7 @@ On ttnn these are `allocate_tensor_on_device`, `copy_host_to_device_tensor`,
 `record_event`/`wait_for_event`, `synchronize_device` and `release_trace`/`close_mesh_device`.
 
 What differs between devices beyond these calls is policy, and each device states it as a property
-(`default_trace_mode`, `dense_prefill_batches`, `step_may_branch_on_host`, `captures_largest_first`)
+(`default_trace_mode`, `dense_prefill_shapes`, `step_may_branch_on_host`, `captures_largest_first`)
 with its reason, so no caller tests what kind of device it holds.
 """
 
@@ -76,9 +76,10 @@ class Device(Protocol):
         shape of a step, decode only where each shape costs a capture of its own."""
 
     @property
-    def dense_prefill_batches(self) -> bool:
+    def dense_prefill_shapes(self) -> bool:
         """Whether prefill waves may pad to the denser batch set (`prefill_plan.DENSE_BATCHES`), not
-        only to powers of two: true where one more shape costs only its capture."""
+        only to powers of two, and rows to the finer length buckets (`padded_length(n, fine=True)`):
+        true where one more shape costs only its capture."""
 
     @property
     def step_may_branch_on_host(self) -> bool:

@@ -215,9 +215,10 @@ class PrefillRuntimeConfig:
 
     @property
     def lengths(self) -> tuple[int, ...]:
-        top, lengths = padded_length(self.max_row_tokens), [padded_length(1)]
+        fine = self.plan.fine_lengths
+        top, lengths = padded_length(self.max_row_tokens, fine), [padded_length(1, fine)]
         while lengths[-1] < top:  # each bucket's successor is the bucket of one token more
-            lengths.append(padded_length(lengths[-1] + 1))
+            lengths.append(padded_length(lengths[-1] + 1, fine))
         return tuple(lengths)
 
     @property

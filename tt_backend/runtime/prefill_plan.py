@@ -1,13 +1,14 @@
 """Prefill planning: the rows of a prefill step grouped into padded physical waves.
 
 Within a step, rows are bucketed by the next power of two of their length (at least 16), and a
-bucket is padded to the length bucket of its longest row: the power of two in quarter steps (…,
-64, 80, 96, 112, 128, 160, …), so 100-token prompts pad to 112, not 128, without splitting rows
-the power-of-two bucket would have kept together. A bucket that may be batched is kept whole and
-its row count padded up to the next physical batch in {1, 2, 4, 8, 16, 32} (15 rows → one
-padded-16 wave), or in the denser DENSE_BATCHES where the device allows. A bucket whose padded
-wave would exceed `max_wave_tokens` is cut into the fewest waves that fit (this bounds the set of
-shapes, so every one of them can be compiled and traced ahead of time). A bucket falls back to sequential
+bucket is padded to the length bucket of its longest row: the power of two in quarter steps (…, 64,
+80, 96, 112, 128, 160, …), so 100-token prompts pad to 112, not 128, without splitting rows the
+power-of-two bucket would have kept together; where a shape costs only its capture (`fine_lengths`),
+in sixteenth steps (…, 96, 100, 104, …, 128, 136, …). A bucket that may be batched is kept whole and
+its row count padded up to the next physical batch in {1, 2, 4, 8, 16, 32} (15 rows → one padded-16
+wave), or in the denser DENSE_BATCHES where the device allows. A bucket whose padded wave would
+exceed `max_wave_tokens` is cut into the fewest waves that fit (this bounds the set of shapes, so
+every one of them can be compiled and traced ahead of time). A bucket falls back to sequential
 single-row waves, each still padded to its length bucket, when:
 - batched prefill is unsupported by the model, or disabled (`disable_batched_prefill`);
 - its padded batch exceeds the model's maximum physical prefill batch or the lane capacity;
@@ -33,6 +34,7 @@ DENSE_BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32)
 per step function across shapes): a wave pads at most 15% of its rows (17 -> 20), where the
 powers of two pad up to 44% (9 -> 16). Seven 112-token rows took 173 ms padded to 8."""
 MIN_PADDED_LEN = 16
+FINE_MIN_PADDED_LEN = 4
 MAX_WAVE_TOKENS = 128 * 1024
 
 
@@ -46,6 +48,8 @@ class PrefillPlanConfig:
     """Padded batch × padded length of one wave, at most."""
     batches: tuple[int, ...] = PHYSICAL_BATCHES
     """The physical batches a wave's rows are padded to (beyond the last: not padded)."""
+    fine_lengths: bool = False
+    """Rows pad to `padded_length(n, fine=True)`."""
 
     def __post_init__(self) -> None:
         assert self.max_physical_batch >= 1 and self.regular_chunk_size >= 1
@@ -55,10 +59,10 @@ class PrefillPlanConfig:
     @classmethod
     def resolve(cls, batching_supported: bool, model_max_batch: int, lane_capacity: int,
                 regular_chunk_size: int, batches: tuple[int, ...] = PHYSICAL_BATCHES, *,
-                batching_disabled: bool) -> PrefillPlanConfig:
+                batching_disabled: bool, fine_lengths: bool = False) -> PrefillPlanConfig:
         """`batching_supported`: by the model; `batching_disabled`: by the user."""
         return cls(batching_supported and not batching_disabled, min(model_max_batch, lane_capacity),
-                   regular_chunk_size, min(regular_chunk_size, MAX_WAVE_TOKENS - 1), batches)
+                   regular_chunk_size, min(regular_chunk_size, MAX_WAVE_TOKENS - 1), batches, fine_lengths)
 
     def padded_batch(self, n: int) -> int:
         return next(b for b in self.batches if b >= n) if n <= self.batches[-1] else n
@@ -72,10 +76,17 @@ class PrefillWave:
     padded_len: int
 
 
-def padded_length(n: int) -> int:
+def padded_length(n: int, fine: bool = False) -> int:
     """Length bucket: n rounded up to a quarter of the power of two below it (multiples of 16 up
     to 128, of 32 up to 256, ...), at least MIN_PADDED_LEN. At most 1/4 of the row is padding
-    (it was up to 1/2 with powers of two), for 3x the shapes."""
+    (it was up to 1/2 with powers of two), for 3x the shapes.
+    `fine` (a device where a shape costs only its capture): to a sixteenth (multiples of 4 up to 128,
+    of 8 up to 256, ...), at least FINE_MIN_PADDED_LEN, for 4x the shapes. 100-token rows pad to 100,
+    not 112: a 16-row prefill wave took 200-206 ms against 222-226 ms padded to 112 (the same
+    process, alternating; the linears run at the CPU's matmul peak, so padding costs its share)."""
+    if fine:
+        step = max(FINE_MIN_PADDED_LEN, _power_bucket(n) // 32)
+        return max(FINE_MIN_PADDED_LEN, -(-n // step) * step)
     step = max(MIN_PADDED_LEN, _power_bucket(n) // 8)
     return max(MIN_PADDED_LEN, -(-n // step) * step)
 
@@ -90,7 +101,7 @@ def plan_prefill(plan: StepPlan, config: PrefillPlanConfig) -> tuple[PrefillWave
     buckets: dict[int, list[int]] = {}
     for i, row in enumerate(plan.rows):
         buckets.setdefault(_power_bucket(len(row.token_ids)), []).append(i)
-    padded = [padded_length(len(row.token_ids)) for row in plan.rows]
+    padded = [padded_length(len(row.token_ids), config.fine_lengths) for row in plan.rows]
     waves: list[PrefillWave] = []
     for bucket in sorted(buckets):
         members = buckets[bucket]

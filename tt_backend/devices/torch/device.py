@@ -76,7 +76,7 @@ class TorchDevice(ABC):
 
     captures_largest_first: bool
     default_trace_mode: TraceMode
-    dense_prefill_batches: bool
+    dense_prefill_shapes: bool
     step_may_branch_on_host: bool
     auto_kv_cache_cap: int | None
     """The most an auto-sized KV cache (kv_cache_memory_bytes=auto) takes here; None: no cap."""
@@ -137,8 +137,9 @@ class CpuTorchDevice(TorchDevice):
     default_trace_mode = TraceMode.ALL
     """Every step: one TorchScript graph serves all shapes of a step, so capturing the ~1000 shapes
     of the default model takes under 2 s."""
-    dense_prefill_batches = True
-    """One graph per step function serves every shape, so denser waves cost only their capture."""
+    dense_prefill_shapes = True
+    """One graph per step function serves every shape, so denser waves and finer lengths cost only
+    their capture: the default model's 293 prefill shapes became 1185, its build 3.6 -> 3.8 s."""
     step_may_branch_on_host = True
     """The step runs on the host: deciding there costs no device round trip."""
     auto_kv_cache_cap = 4 << 30
@@ -257,7 +258,7 @@ class CudaTorchDevice(TorchDevice):
     """Largest first, so later CUDA graphs reuse the first's memory pool."""
     default_trace_mode = TraceMode.DECODE_ONLY
     """Decode only: every shape is a CUDA graph of its own, with its own capture and memory."""
-    dense_prefill_batches = False
+    dense_prefill_shapes = False
     """Each shape costs a graph (memory) or a compiled program (time): waves pad to powers of two."""
     step_may_branch_on_host = False
     """A step is one CUDA graph: a host decision inside it would synchronize, and cannot be captured."""
