@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tt_backend.config import EngineConfig
 from tt_backend.engine.engine import LLMEngine
+from tt_backend.models.image_prompts import ImagePrompts
 from tt_backend.runtime.step_runner import StepRunner
 from tt_backend.scheduler.scheduled_step import SchedulerConfig
 from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
@@ -16,11 +17,13 @@ def finish_engine(config: EngineConfig, runner: StepRunner, model_dir: Path, voc
                   takes_images: bool) -> LLMEngine:
     """The engine over a warmed-up runner (config resolved for the model, KV capacity final); a
     failure here closes the runner (and with it the device). `takes_images`: the model's
-    ModelCapabilities.takes_images (without it the engine refuses requests that bring images)."""
+    ModelCapabilities.takes_images (without it the engine refuses requests that bring images; with it
+    the model's HF processor expands their placeholders)."""
     try:
         tokenizer = load_tokenizer(model_dir)
+        prompts = ImagePrompts.load(model_dir) if takes_images else None
         return LLMEngine(config, SchedulerConfig.from_engine_config(config), runner, tokenizer, vocab_size,
-                         eos_token_ids(model_dir, tokenizer.eos_token_id), takes_images)
+                         eos_token_ids(model_dir, tokenizer.eos_token_id), takes_images, prompts)
     except BaseException:
         runner.close()
         raise

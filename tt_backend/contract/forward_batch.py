@@ -19,6 +19,18 @@ class ForwardBatch:
     logits_indices: torch.Tensor  # [B] long, index in T whose logits are returned
     decode: bool = False
     """A decode step: one query token per row (T = 1), at position context_len - 1."""
+    embeds: torch.Tensor | None = None
+    """[B, T, hidden] in the activations' dtype: where `embed_mask` is set, these replace the token
+    embeddings (the encoder output of the images whose placeholders the rows hold); eager prefill only."""
+    embed_mask: torch.Tensor | None = None
+    """[B, T, 1] bool: the positions `embeds` fills."""
+
+    def embed(self, table: torch.nn.Embedding) -> torch.Tensor:
+        """The rows' input embeddings: the token embeddings, with `embeds` in place where given."""
+        x: torch.Tensor = table(self.input_ids)
+        if self.embeds is None or self.embed_mask is None:
+            return x
+        return torch.where(self.embed_mask, self.embeds.to(x.dtype), x)
 
     @property
     def tensors(self) -> tuple[torch.Tensor, ...]:

@@ -7,9 +7,30 @@ requests. Block ids are lane-local: each runner maps a lane's ids onto its own c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tt_backend.contract.modes import StepMode
+
+
+@dataclass(frozen=True)
+class ImageSpan:
+    """One image of a request: the placeholder tokens its encoder output replaces in the prompt."""
+
+    key: str
+    """The encoder-output cache key: the image's pixel hash (text/images.py ImageInput.sha256)."""
+    offset: int
+    """Absolute position of its first placeholder token."""
+    length: int
+    """Placeholder tokens it fills: its encoder output has this many rows."""
+    pixels: object = field(default=None, repr=False, compare=False)
+    """What the model's image encoder takes (its HF processor's output; opaque above the runtime)."""
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+    def overlaps(self, start: int, stop: int) -> bool:
+        return self.offset < stop and start < self.end
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,9 @@ class PlannedRow:
     prefix_token_ids: tuple[int, ...] = ()
     """A prefill row past a cached prefix or an earlier chunk: the tokens at positions [0, start)
     (tt-metal's prefill takes every row's whole sequence with start_pos); empty otherwise."""
+    images: tuple[ImageSpan, ...] = ()
+    """A prefill row's images whose placeholders overlap its tokens (their encoder output replaces
+    those tokens' embeddings)."""
 
     def __post_init__(self) -> None:
         assert self.token_ids, "a planned row computes at least one token"

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from tt_backend.config import EngineConfig
 from tt_backend.contract.errors import CapacityError, ErrorKind, UnavailableError
 from tt_backend.contract.modes import RequestStatus, StepMode
+from tt_backend.contract.step import ImageSpan
 from tt_backend.engine.faults import FaultSpec, inject_faults
 from tt_backend.engine.grammar_compiler import GrammarCompiler
 from tt_backend.engine.output_processor import OutputProcessor
@@ -33,6 +34,7 @@ from tt_backend.engine.stats import CacheInfo
 from tt_backend.engine.stats_collector import StatsCollector, StatsListener
 from tt_backend.engine.watchdog import StepTimeout, Watchdog
 from tt_backend.models.checkpoint import served_model_name
+from tt_backend.models.image_prompts import ImagePrompts
 from tt_backend.runtime.step_runner import StepRunner
 from tt_backend.sampling.grammar import GrammarBackend
 from tt_backend.sampling.params import SamplingParams
@@ -64,11 +66,13 @@ class _Abort:
 class LLMEngine:
     def __init__(self, config: EngineConfig, scheduler_config: SchedulerConfig, runner: StepRunner,
                  tokenizer: Tokenizer, vocab_size: int, eos_token_ids: frozenset[int],
-                 takes_images: bool = False) -> None:
+                 takes_images: bool = False, image_prompts: ImagePrompts | None = None) -> None:
         assert config.max_model_len is not None, "resolve the config for the model first"
         self.config = config
         self.takes_images = takes_images
         """The model's ModelCapabilities.takes_images: without it a request with images is refused."""
+        self.image_prompts = image_prompts
+        """The model's processor, which expands each image's placeholder in a prompt."""
         self.max_model_len: int = config.max_model_len
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -109,7 +113,12 @@ class LLMEngine:
         """Validate and enqueue; raises ValueError (naming the field) for bad input. `images`: the
         request's (validated, in prompt order), for a model that takes images."""
         self.validate(prompt_token_ids, params, images)
-        request = Request(request_id, tuple(prompt_token_ids), params)
+        spans: tuple[ImageSpan, ...] = ()
+        if images and self.image_prompts is not None:
+            prompt = self.image_prompts.prepare(prompt_token_ids, images)
+            prompt_token_ids, spans = prompt.token_ids, prompt.images
+            self.validate(prompt_token_ids, params)  # the expanded prompt, against max_model_len
+        request = Request(request_id, tuple(prompt_token_ids), params, images=spans)
         with self._cv:
             if self._failure is not None:
                 raise UnavailableError(f"the engine failed and serves no requests: {self._failure!r}")

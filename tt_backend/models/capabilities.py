@@ -7,7 +7,7 @@ the user asked for it explicitly.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 logger = logging.getLogger(__name__)
 
@@ -56,3 +56,6 @@ def instance_hint(lanes: int) -> str:
 # decode can run ahead of the host (async decode).
 TORCH_LLAMA = ModelCapabilities(prefix_caching=True, chunked_prefill=True, batched_prefill=True,
                                 max_prefill_batch=32, async_decode=True, single_execute=True)
+
+TORCH_LLAVA = replace(TORCH_LLAMA, takes_images=True)
+"""A vision-language model over our Llama family: its encoder runs inside eager prefill steps."""

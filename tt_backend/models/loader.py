@@ -52,8 +52,12 @@ def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | Non
         module = cls.from_hf_config(hf_config)  # type: ignore[attr-defined]
     spec: ModelSpec = module.spec
     state = load_safetensors(model_dir, plan.activations)
+    rename = getattr(cls, "checkpoint_names", None)  # a model whose checkpoints name parts otherwise
+    if rename is not None:
+        state = rename(state)
     if spec.tie_word_embeddings:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+        head, embedding = getattr(cls, "tied_weights", ("lm_head.weight", "model.embed_tokens.weight"))
+        state[head] = state[embedding]
     module.load_state_dict(state, strict=True, assign=True)
     module.to(plan.device).eval().requires_grad_(False)
     select_kernels(module, plan)

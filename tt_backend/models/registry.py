@@ -40,6 +40,7 @@ TORCH_BUILTINS = {
     **{arch: f"tt_backend.models.llama:{arch}"
        for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")},
     "Gemma3ForCausalLM": "tt_backend.models.gemma3:Gemma3ForCausalLM",
+    "LlavaForConditionalGeneration": "tt_backend.models.llava:LlavaForConditionalGeneration",
 }
 # TT-Metal's vLLM-facing generators (tt-metal models/tt_transformers); unverified on hardware here.
 TT_BUILTINS = {

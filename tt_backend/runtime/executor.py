@@ -9,6 +9,7 @@ caller's choice (`trace_mode`); neither falls back to the other.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from tt_backend.contract.sampling import SamplingPlan, SamplingTensors
 from tt_backend.contract.step import StepPlan
 from tt_backend.devices.device import Device, StagedStep
 from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepKey, StepShape
+from tt_backend.runtime.image_embeds import ImageEncoderCache, image_embeds
 from tt_backend.runtime.inputs import prepare_host_inputs, to_device
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
 from tt_backend.runtime.prefill_plan import plan_prefill
@@ -102,8 +104,10 @@ class PreparedCall:
 class EagerExecutor:
     def __init__(self, steps: dict[StepKey, StagedStep], kv: PagedKVCacheManager, device: torch.device,
                  decode: DecodeRuntimeConfig, prefill: PrefillRuntimeConfig,
-                 programs: ProgramCompiler) -> None:
+                 programs: ProgramCompiler, images: ImageEncoderCache | None = None) -> None:
         self.steps = steps
+        self.images = images
+        """A vision-language model's encoder outputs, for prefill rows that hold image placeholders."""
         self.kv = kv
         self.device = device
         self.decode = decode
@@ -127,6 +131,10 @@ class EagerExecutor:
                                        sampling.variant)
             inputs = prepare_host_inputs(rows, block_size, shape.batch, shape.seq_len, shape.table_width,
                                          per_lane)
+            if self.images is not None and any(row.images for row in rows):
+                merged = image_embeds(rows, self.images, shape.batch, shape.seq_len)
+                if merged is not None:
+                    inputs = dataclasses.replace(inputs, embeds=merged[0], embed_mask=merged[1])
             calls.append(PreparedCall(shape, wave.source_rows, inputs,
                                       sampling.tensors.rows(list(wave.source_rows), shape.batch)))
         return tuple(calls)
@@ -140,6 +148,10 @@ class EagerExecutor:
         if feedback is not None:
             inputs = feed_back(inputs, feedback)
         step, sampling = self.steps[call.shape.step], call.sampling.to(self.device)
+        if inputs.embeds is not None:  # image embeddings: the model over the whole batch, then its head
+            assert isinstance(step.body, ModelStep)
+            logits: torch.Tensor = step.body.model(inputs, self.kv.context.cache)
+            return logits if step.head is None else step.head(logits, *sampling.tensors)
         out: torch.Tensor = step(*inputs.tensors, self.kv.context.cache, *sampling.tensors)
         return out
 
@@ -167,6 +179,8 @@ class TracedExecutor:
     def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         calls = self.eager.prepare(plan, sampling)
+        if any(call.inputs.embeds is not None for call in calls):  # refused at build (trace_mode=all)
+            raise RuntimeError("a traced step replays token inputs only; a prefill with images runs eagerly")
         self.traces.preflight(call.shape for call in calls)  # before any call writes KV
         outputs = [self.traces.replay(call.shape, call.inputs, call.sampling, feedback) for call in calls]
         return assemble(plan, calls, outputs)

@@ -79,4 +79,7 @@ def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
     """The batch on `device`; a tensor already there is itself (`Tensor.to` copies nothing), so a
     CPU step reads the host tensors as they are."""
     ids, positions, slots, tables, lens, indices = (t.to(device, non_blocking=True) for t in batch.tensors)
-    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode)
+    embeds, mask = batch.embeds, batch.embed_mask
+    if embeds is not None and mask is not None:
+        embeds, mask = embeds.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask)

@@ -34,6 +34,7 @@ from tt_backend.runtime.config import (
     WarmupConfig,
 )
 from tt_backend.runtime.executor import EagerExecutor, TracedExecutor, model_steps
+from tt_backend.runtime.image_embeds import ImageEncoderCache
 from tt_backend.runtime.kv_cache import PagedKVCacheConfig, PagedKVCacheManager
 from tt_backend.runtime.output_reader import OutputReader
 from tt_backend.runtime.program_compiler import ProgramCompiler
@@ -53,7 +54,10 @@ class ModelRunner:
         self.kv = PagedKVCacheManager(kv_config, layout, device.device)
         self.programs = ProgramCompiler(self.kv)
         steps = model_steps(model, device)
-        self.eager = EagerExecutor(steps, self.kv, device.device, decode, prefill, self.programs)
+        encode = getattr(model, "encode_image", None)
+        self.images = ImageEncoderCache(encode) if encode is not None else None
+        """A vision-language model's encoder outputs by image (its `encode_image`)."""
+        self.eager = EagerExecutor(steps, self.kv, device.device, decode, prefill, self.programs, self.images)
         self.traces = TraceCompiler(self.programs, device, steps, self.kv) if trace.decode else None
         self.traced = TracedExecutor(self.eager, self.traces) if self.traces is not None else None
         self.reader = OutputReader(device)
@@ -90,11 +94,14 @@ class ModelRunner:
         the `logits` variant) or token ids (a device variant)."""
         if self._closed:
             raise RuntimeError("the model runner is closed")
-        if self.traced is not None and self.trace.traces(plan.mode):
+        if self.traced is not None and self.trace.traces(plan.mode) and not _has_images(plan):
             self.traced_steps += 1
             return self.traced.execute(plan, sampling, feedback)
         self.eager_steps += 1
         return self.eager.execute(plan, sampling, feedback)
+
+    # A prefill whose rows hold image placeholders runs eagerly by design (its embeddings are not
+    # among a trace's token inputs), whatever trace_mode says of prefill; its decode steps replay.
 
     def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
         """Run the step and choose its tokens: inside it (a device variant), or from its logits on
@@ -136,7 +143,13 @@ class ModelRunner:
             if self.traces is not None:
                 log.release("traces", self.traces.release)
             log.release("programs", self.programs.release)
+            if self.images is not None:
+                log.release("encoder_outputs", self.images.clear)
             log.release("kv_cache", self.kv.release)
             log.release("device", self.device.release)
         if log.orphans:
             raise CleanupError(list(log.orphans))
+
+
+def _has_images(plan: StepPlan) -> bool:
+    return any(row.images for row in plan.rows)

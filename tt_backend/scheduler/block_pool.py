@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-def hash_block(parent: int | None, tokens: Sequence[int]) -> int:
-    """Content hash of a full block, chained through its parent so it names the whole prefix."""
-    return hash((parent, tuple(tokens)))
+def hash_block(parent: int | None, tokens: Sequence[int], images: tuple[str, ...] = ()) -> int:
+    """Content hash of a full block, chained through its parent so it names the whole prefix; with
+    the keys of the images whose placeholders it holds (placeholder ids are the same for every
+    image: the block's content is the image's, as vLLM's extra block-hash keys)."""
+    return hash((parent, tuple(tokens))) if not images else hash((parent, tuple(tokens), images))
 
 
 def block_hashes(tokens: Sequence[int], block_size: int, parent: int | None = None) -> list[int]:

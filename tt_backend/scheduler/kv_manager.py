@@ -145,4 +145,5 @@ class KVCacheManager:
         while len(held.hashes) < request.num_tokens // bs:
             i = len(held.hashes)
             parent = held.hashes[-1] if i else None
-            held.hashes.append(hash_block(parent, request.token_slice(i * bs, (i + 1) * bs)))
+            images = tuple(image.key for image in request.images_in(i * bs, (i + 1) * bs))
+            held.hashes.append(hash_block(parent, request.token_slice(i * bs, (i + 1) * bs), images))

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tt_backend.contract.modes import RequestStatus, StepMode
-from tt_backend.contract.step import EMPTY_STEP, PlannedRow, StepPlan
+from tt_backend.contract.step import EMPTY_STEP, ImageSpan, PlannedRow, StepPlan
 from tt_backend.scheduler.block_pool import BlockPool
 from tt_backend.scheduler.kv_manager import NO_COMPUTED_BLOCKS, ComputedBlocks, KVCacheManager
 from tt_backend.scheduler.request import Request
@@ -240,14 +240,14 @@ class PhaseScheduler:
         start = request.num_computed_tokens
         return self._row(request, request.token_slice(start, start + n), start,
                          self.kv.block_ids(request.request_id), sample=start + n == request.prefill_target,
-                         prefix=request.token_slice(0, start))
+                         prefix=request.token_slice(0, start), images=request.images_in(start, start + n))
 
     def _row(self, request: Request, token_ids: tuple[int, ...], start: int, block_ids: tuple[int, ...],
-             sample: bool, prefix: tuple[int, ...] = ()) -> PlannedRow:
+             sample: bool, prefix: tuple[int, ...] = (), images: tuple[ImageSpan, ...] = ()) -> PlannedRow:
         """A row of a running request: in this lane, at the request's slot."""
         assert request.slot is not None, f"{request.request_id} holds no slot"
         return PlannedRow(token_ids, start, block_ids, sample, lane=self.lane, slot=request.slot,
-                          prefix_token_ids=prefix)
+                          prefix_token_ids=prefix, images=images)
 
     def _schedule_decode(self) -> ScheduledStep:
         rows: list[PlannedRow] = []

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tt_backend.contract.modes import RequestStatus
+from tt_backend.contract.step import ImageSpan
 from tt_backend.sampling.params import SamplingParams
 
 
@@ -29,6 +30,8 @@ class Request:
     """Admission waits (in skipped_waiting) until this returns true."""
     slot: int | None = None
     """Its row slot in the lane (0 ≤ slot < max_num_seqs) while running."""
+    images: tuple[ImageSpan, ...] = ()
+    """Its images' placeholder spans in the prompt, in order (a vision-language model's request)."""
 
     @property
     def num_tokens(self) -> int:
@@ -43,6 +46,10 @@ class Request:
         if stop <= n:
             return self.prompt_token_ids[start:stop]
         return self.prompt_token_ids[start:] + tuple(self.output_token_ids[max(start - n, 0):stop - n])
+
+    def images_in(self, start: int, stop: int) -> tuple[ImageSpan, ...]:
+        """The images whose placeholders overlap positions [start, stop)."""
+        return tuple(image for image in self.images if image.overlaps(start, stop))
 
     @property
     def is_prefilling(self) -> bool:

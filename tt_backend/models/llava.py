@@ -1,0 +1,119 @@
+"""LLaVA (`LlavaForConditionalGeneration`) on torch: a CLIP vision tower, a two-layer projector and
+one of our text models (transformers models/llava/modeling_llava.py, read for each point).
+
+An image's features are the tower's hidden states at `vision_feature_layer` (an index, or a list
+whose states are concatenated), without the class token under the `default` select strategy (all of
+them under `full`), projected to the text model's width by linear, `projector_hidden_act`, linear.
+They replace the embeddings of the image's placeholder tokens (the processor writes one per
+feature), and the text model runs as it does for text, over the same paged KV cache: the encoder
+runs once per image in the prefill that reaches its placeholders (runtime/image_embeds.py), and
+decode steps are the text model's own.
+
+Checkpoints name the parts `language_model.model.*`, `language_model.lm_head.*`, `vision_tower.*`
+(`vision_tower.vision_model.*` in llava-hf's) and `multi_modal_projector.*`, or, as transformers 5
+holds them in memory, `model.language_model.*`, `model.vision_tower.*`,
+`model.multi_modal_projector.*` and `lm_head.*`: both load (`checkpoint_names`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from tt_backend.contract.forward_batch import ForwardBatch
+from tt_backend.devices.cpu.kernels import CpuKernels
+from tt_backend.models.capabilities import TORCH_LLAVA
+from tt_backend.models.clip_vision import ClipVisionTower, activation
+from tt_backend.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
+from tt_backend.models.llama_ops import NativeKernelModel
+from tt_backend.models.spec import ModelSpec
+
+TEXT_MODELS: dict[str, type[LlamaForCausalLM]] = {
+    "llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM}
+"""text_config.model_type → our text model."""
+_RENAMES = (("model.language_model.", "language_model.model."), ("model.vision_tower.", "vision_tower."),
+            ("model.multi_modal_projector.", "multi_modal_projector."),
+            ("lm_head.", "language_model.lm_head."), ("vision_tower.vision_model.", "vision_tower."))
+
+
+class LlavaProjector(nn.Module):
+    def __init__(self, vision_dim: int, text_dim: int, act: str, bias: bool) -> None:
+        super().__init__()
+        self.linear_1 = nn.Linear(vision_dim, text_dim, bias=bias)
+        self.linear_2 = nn.Linear(text_dim, text_dim, bias=bias)
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(self.act(self.linear_1(x)))
+
+
+class LlavaForConditionalGeneration(nn.Module, NativeKernelModel):
+    capabilities = TORCH_LLAVA
+
+    def __init__(self, hf: dict[str, Any]) -> None:
+        super().__init__()
+        text, vision = hf["text_config"], hf["vision_config"]
+        kind = text.get("model_type", "llama")
+        if kind not in TEXT_MODELS:
+            raise ValueError(f"text_config.model_type={kind!r} is not supported in LLaVA (known: "
+                             f"{', '.join(TEXT_MODELS)})")
+        if vision.get("model_type", "clip_vision_model") != "clip_vision_model":
+            raise ValueError(f"vision_config.model_type={vision.get('model_type')!r} is not supported in "
+                             "LLaVA (known: clip_vision_model)")
+        strategy = hf.get("vision_feature_select_strategy", "default")
+        if strategy not in ("default", "full"):
+            raise ValueError(f"vision_feature_select_strategy={strategy!r} is not supported (default, full)")
+        layer = hf.get("vision_feature_layer", -2)
+        self.feature_layers: list[int] = list(layer) if isinstance(layer, list) else [layer]
+        self.drop_class_token = strategy == "default"
+        self.language_model = TEXT_MODELS[kind].from_hf_config(
+            {"tie_word_embeddings": hf.get("tie_word_embeddings", False), **text})
+        self.vision_tower = ClipVisionTower(vision)
+        self.multi_modal_projector = LlavaProjector(
+            vision["hidden_size"] * len(self.feature_layers), text["hidden_size"],
+            hf.get("projector_hidden_act", "gelu"), bool(hf.get("multimodal_projector_bias", True)))
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any]) -> LlavaForConditionalGeneration:
+        return cls(hf)
+
+    tied_weights = ("language_model.lm_head.weight", "language_model.model.embed_tokens.weight")
+    """(the head, the embedding it shares when the text model ties them)."""
+
+    @staticmethod
+    def checkpoint_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every form of the checkpoint's names as ours; the tower's post-LayerNorm is dropped."""
+        out: dict[str, torch.Tensor] = {}
+        for name, value in state.items():
+            for old, new in _RENAMES:  # in order: model.vision_tower.vision_model.x → vision_tower.x
+                if name.startswith(old):
+                    name = new + name[len(old):]
+            if not name.startswith(("vision_tower.post_layernorm.", "vision_tower.embeddings.position_ids")):
+                out[name] = value
+        return out
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.language_model.spec
+
+    def use_native_kernels(self, kernels: CpuKernels) -> None:
+        self.language_model.use_native_kernels(kernels)
+
+    def encode_image(self, pixels: object) -> torch.Tensor:
+        """[placeholder tokens, text hidden]: one image's projected features, from its processor's
+        output (`pixel_values` [1, 3, H, W])."""
+        assert isinstance(pixels, dict), "the processor's output for one image"
+        values = pixels["pixel_values"]
+        weight = self.multi_modal_projector.linear_2.weight
+        states = self.vision_tower.hidden_states(values.to(weight.device), self.feature_layers)
+        if self.drop_class_token:
+            states = [s[:, 1:] for s in states]
+        features = self.multi_modal_projector(torch.cat(states, dim=-1))
+        dtype = self.language_model.model.embed_tokens.weight.dtype
+        return features.reshape(-1, features.shape[-1]).to(dtype)
+
+    def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.language_model(batch, kv_cache)
+        return logits
