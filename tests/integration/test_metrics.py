@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 FAMILIES = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
             "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
             "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+            "vllm:mm_cache_queries_total", "vllm:mm_cache_hits_total",
             "vllm:time_to_first_token_seconds_count", "vllm:time_per_output_token_seconds_count",
             "vllm:e2e_request_latency_seconds_count", "vllm:request_queue_time_seconds_count",
             "tt:eager_steps_total", "tt:trace_replays_total", "tt:host_sampling_fallbacks_total",

@@ -285,6 +285,6 @@ class LLMEngine:
         step = self.pipeline.current
         return () if step is None else step.request_ids
 
-    def _execution_counters(self) -> tuple[int, int, int, int]:
+    def _execution_counters(self) -> tuple[int, ...]:
         return (self.runner.eager_steps, self.runner.traced_steps, self.pipeline.decode_drains,
-                self.pipeline.host_sampling_steps)
+                self.pipeline.host_sampling_steps, *self.runner.mm_cache_counts)

@@ -88,6 +88,10 @@ class FaultInjectingRunner:
         return self.runner.traced_steps
 
     @property
+    def mm_cache_counts(self) -> tuple[int, int]:
+        return self.runner.mm_cache_counts
+
+    @property
     def cache_dtype(self) -> str:
         return self.runner.cache_dtype
 

@@ -51,6 +51,10 @@ class EngineStats:
     """Times the async decode pipeline stopped running ahead and drained."""
     host_sampling_steps: int = 0
     """Steps whose batch sampled on the host (a row needed logits: logprobs, penalties, ...)."""
+    mm_cache_queries: int = 0
+    """Images whose encoder output a prefill asked for (vLLM's name; here the encoder cache)."""
+    mm_cache_hits: int = 0
+    """Of those, the ones read from the cache without running the encoder."""
     num_parked: int = 0
     """Waiting requests parked in skipped_waiting (their grammar is compiling); in num_waiting too."""
     grammar_compile_seconds: tuple[float, ...] = ()

@@ -15,13 +15,14 @@ from tt_backend.scheduler.phase_scheduler import SchedulerStats
 from tt_backend.scheduler.scheduled_step import ScheduledStep
 
 StatsListener = Callable[[EngineStats], None]
-ExecutionCounters = Callable[[], tuple[int, int, int, int]]
-"""Totals so far: eager steps, traced steps, decode drains, host-sampling steps."""
+ExecutionCounters = Callable[[], tuple[int, ...]]
+"""Totals so far, as _NO_EXECUTION lists them."""
 
 GrammarCounters = Callable[[], tuple[list[float], int]]
 """Grammar compile times and compile-cache hits since the last call."""
 
-_NO_EXECUTION = (0, 0, 0, 0)
+_NO_EXECUTION: tuple[int, ...] = (0, 0, 0, 0, 0, 0)
+"""eager steps, traced steps, decode drains, host-sampling steps, encoder-cache queries and hits."""
 
 
 class StatsCollector:
@@ -84,7 +85,8 @@ class StatsCollector:
                 prefix_cache_queries=sched.stats.prefix_cache_queries - last.prefix_cache_queries,
                 prefix_cache_hits=sched.stats.prefix_cache_hits - last.prefix_cache_hits,
                 eager_steps=counts[0], traced_steps=counts[1], decode_drains=counts[2],
-                host_sampling_steps=counts[3], num_parked=len(sched.skipped),
+                host_sampling_steps=counts[3], mm_cache_queries=counts[4], mm_cache_hits=counts[5],
+                num_parked=len(sched.skipped),
                 grammar_compile_seconds=tuple(compiled) if lane == 0 else (),
                 grammar_cache_hits=hits if lane == 0 else 0,
                 finished=tuple(self._finished[lane]), step_tokens=tokens,

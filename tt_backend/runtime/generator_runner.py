@@ -84,6 +84,8 @@ class GeneratorRunner:
         self._next_handle = 0
         self.eager_steps = 0
         self.traced_steps = 0
+        self.mm_cache_counts = (0, 0)
+        """No tt-metal generator here takes images yet."""
         self.cleanup_log = CleanupLog()
         self._close_device = close_device
         self._closed = False

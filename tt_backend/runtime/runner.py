@@ -67,6 +67,11 @@ class ModelRunner:
         self._closed = False
 
     @property
+    def mm_cache_counts(self) -> tuple[int, int]:
+        images = self.images
+        return (0, 0) if images is None else (images.hits + images.misses, images.hits)
+
+    @property
     def cache_dtype(self) -> str:
         return str(self.kv.config.dtype).removeprefix("torch.")
 

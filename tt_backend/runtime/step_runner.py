@@ -29,6 +29,10 @@ class StepRunner(Protocol):
         """Steps replayed from a trace so far."""
 
     @property
+    def mm_cache_counts(self) -> tuple[int, int]:
+        """(images whose encoder output was asked for, those read from the encoder cache) so far."""
+
+    @property
     def cache_dtype(self) -> str:
         """The KV cache's element type as users read it (float32, bfloat16, bfloat8_b)."""
 

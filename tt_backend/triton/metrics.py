@@ -109,6 +109,10 @@ class EngineMetrics:
                                      "Steps whose batch sampled on the host", counter)
         self.decode_drains = metrics("tt:async_decode_drains_total",
                                      "Drains of the async decode pipeline", counter)
+        self.mm_cache_queries = metrics("vllm:mm_cache_queries_total", "Images whose encoder output a "
+                                        "prefill asked for", counter)
+        self.mm_cache_hits = metrics("vllm:mm_cache_hits_total", "Images whose encoder output was read "
+                                     "from the encoder cache", counter)
         self.engine_failures = metrics("tt:engine_failures_total", "Engine thread failures", counter)
         self.parked = metrics("tt:num_requests_parked", "Waiting requests parked while their grammar "
                               "compiles (counted in vllm:num_requests_waiting too)", gauge)
@@ -149,7 +153,9 @@ class EngineMetrics:
                                (self.trace_replays, stats.traced_steps),
                                (self.decode_drains, stats.decode_drains),
                                (self.host_sampling, stats.host_sampling_steps),
-                               (self.grammar_cache_hits, stats.grammar_cache_hits)):
+                               (self.grammar_cache_hits, stats.grammar_cache_hits),
+                               (self.mm_cache_queries, stats.mm_cache_queries),
+                               (self.mm_cache_hits, stats.mm_cache_hits)):
             if value:
                 counter[(lane, "")].increment(value)
         for compiled in stats.grammar_compile_seconds:
