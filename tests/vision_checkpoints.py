@@ -87,3 +87,11 @@ def hf_greedy(model_dir: Path, text: str, images: list[bytes], n: int) -> tuple[
             out.append(int(logits.argmax()))
             ids = torch.cat([ids, torch.tensor([[out[-1]]])], dim=1)
     return prompt, out
+
+
+if __name__ == "__main__":  # python -m tests.vision_checkpoints OUT: the tiny LLaVA, to serve and try
+    import sys
+
+    from tt_backend.models.checkpoint import resolve_model_dir
+
+    build_tiny_llava(resolve_model_dir(""), Path(sys.argv[1]))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from openai import OpenAI
 
 from tests.integration.clients import grpc_stream, s, scrape, series, wait_for_metrics
-from tests.integration.conftest import Server, start_server, stop_server, wait_ready
+from tests.integration.conftest import ROOT, Server, start_server, stop_server, wait_ready
 from tests.vision_checkpoints import build_tiny_llava, hf_greedy, picture
 
 pytestmark = pytest.mark.integration
@@ -115,3 +117,26 @@ def test_placeholders_that_do_not_pair_with_the_images_are_refused_while_a_strea
     thread.join(timeout=300)
     alone = grpc_stream(llava_server.grpc, "tt_llm", long, timeout=300)
     assert outcome["result"].error is None and outcome["result"].text() == alone.text() != ""
+
+
+def test_the_client_example_asks_about_an_image_both_ways(llava_server: Server, llava_dir: Path,
+                                                          tmp_path: Path, tokenizer: Any) -> None:
+    assert llava_server.openai is not None
+    photo = tmp_path / "photo.png"
+    photo.write_bytes(picture(14))
+    example = [sys.executable, str(ROOT / "client_examples" / "image_chat.py"), str(photo), "What is it?",
+               "--max-tokens", "6"]
+    front = subprocess.run([*example, "--base-url", llava_server.openai], capture_output=True, text=True,
+                           timeout=300, check=True)
+    grpc = subprocess.run([*example, "--grpc", "--grpc-url", llava_server.grpc, "--prompt-format",
+                           "USER: <image>\n{question}\nASSISTANT:"], capture_output=True, text=True,
+                          timeout=300, check=True)
+    from transformers import AutoProcessor
+
+    rendered = AutoProcessor.from_pretrained(llava_dir).apply_chat_template(
+        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}],
+        add_generation_prompt=True, tokenize=False)
+    for text, out in ((rendered, front), ("USER: <image>\nWhat is it?\nASSISTANT:", grpc)):
+        _, ref = hf_greedy(llava_dir, text, [picture(14)], 6)
+        expected = tokenizer.decode(ref, skip_special_tokens=True)
+        assert out.stdout == expected + "\n"
