@@ -12,6 +12,7 @@ far apart (HF's init gives near-uniform logits, where accumulation order could f
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,14 @@ LLAVA_TEMPLATE = (
     "{% if add_generation_prompt %}ASSISTANT:{% endif %}")
 IMAGE_TOKENS = 16
 """Placeholder tokens of one image of the tiny LLaVA."""
+GEMMA3_TEMPLATE = (
+    "{% for message in messages %}<start_of_turn>{{ 'model' if message['role'] == 'assistant' else "
+    "message['role'] }}\n{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}<start_of_image>"
+    "{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+GEMMA3_IMAGE_TOKENS = 4
+"""Soft tokens of one image of the tiny Gemma 3 (its 4x4 patches pooled 2x2)."""
 
 
 def build_tiny_llava(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
@@ -45,18 +54,54 @@ def build_tiny_llava(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
     config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_token,
                                       vision_feature_layer=-1)
     model = transformers.LlavaForConditionalGeneration(config).eval()
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            scale = 0.3 if "language_model" in name else 0.1
-            p.copy_(1 + 0.2 * torch.randn(p.shape, generator=gen) if "norm" in name
-                    else scale * torch.randn(p.shape, generator=gen))
+    _randomize(model, seed)
     model.save_pretrained(out)
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
         tokenizer=tokenizer, patch_size=8, vision_feature_select_strategy="default",
         num_additional_image_tokens=1, chat_template=LLAVA_TEMPLATE)
     processor.save_pretrained(out)
+
+
+def build_tiny_gemma3(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
+    """Gemma 3 with its vision tower: a 2-layer text model (a sliding layer of window 8, then a global
+    one) and a 2-layer SigLIP over 32x32 images in 8x8 patches, pooled to 4 soft tokens; the default
+    model's tokenizer with Gemma 3's image tokens added, and transformers' Gemma3Processor."""
+    import transformers
+    from transformers import AutoTokenizer, Gemma3ImageProcessorPil, Gemma3Processor
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, extra_special_tokens={
+        "boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"})
+    tokenizer.chat_template = GEMMA3_TEMPLATE
+    text = transformers.Gemma3TextConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+        sliding_window=8, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, image_size=32, patch_size=8,
+                                             vision_use_head=False)
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision,
+                                       mm_tokens_per_image=GEMMA3_IMAGE_TOKENS,
+                                       boi_token_index=tokenizer.boi_token_id,
+                                       eoi_token_index=tokenizer.eoi_token_id,
+                                       image_token_index=tokenizer.image_token_id)
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    _randomize(model, seed)
+    model.save_pretrained(out)
+    processor = Gemma3Processor(image_processor=Gemma3ImageProcessorPil(size={"height": 32, "width": 32}),
+                                tokenizer=tokenizer, image_seq_length=GEMMA3_IMAGE_TOKENS,
+                                chat_template=GEMMA3_TEMPLATE)
+    processor.save_pretrained(out)
+
+
+def _randomize(model: Any, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            scale = 0.3 if "language_model" in name else 0.1
+            p.copy_(1 + 0.2 * torch.randn(p.shape, generator=gen) if "norm" in name
+                    else scale * torch.randn(p.shape, generator=gen))
 
 
 def picture(seed: int, size: tuple[int, int] = (40, 30)) -> bytes:
@@ -68,25 +113,38 @@ def picture(seed: int, size: tuple[int, int] = (40, 30)) -> bytes:
     return out.getvalue()
 
 
-def hf_greedy(model_dir: Path, text: str, images: list[bytes], n: int) -> tuple[list[int], list[int]]:
-    """(the processor's prompt ids, HF's n greedy tokens after them): full forwards, no cache, fp32,
-    never stopping at EOS."""
+@dataclass(frozen=True)
+class Greedy:
+    prompt: list[int]
+    """The processor's prompt ids."""
+    tokens: list[int]
+    """HF's greedy tokens after them."""
+    logprobs: list[float]
+    """Each token's log-probability."""
+
+
+def hf_vision_greedy(model_dir: Path, text: str, images: list[bytes], n: int) -> Greedy:
+    """HF's n greedy tokens after the processor's prompt of `text` and `images`: full forwards, no
+    cache, fp32, never stopping at EOS."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     processor = AutoProcessor.from_pretrained(model_dir)
     model: Any = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     rgb = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
-    encoded = processor(text=[text], images=rgb or None, return_tensors="pt", add_special_tokens=False)
+    encoded = dict(processor(text=[text], images=rgb or None, return_tensors="pt"))
     ids = encoded["input_ids"]
     prompt = [int(t) for t in ids[0]]
     out: list[int] = []
+    logprobs: list[float] = []
     with torch.no_grad():
         for _ in range(n):
-            logits = model(**{**encoded, "input_ids": ids,
-                              "attention_mask": torch.ones_like(ids)}).logits[0, -1]
+            logits = model(**encoded).logits[0, -1].float()
             out.append(int(logits.argmax()))
-            ids = torch.cat([ids, torch.tensor([[out[-1]]])], dim=1)
-    return prompt, out
+            logprobs.append(float(torch.log_softmax(logits, -1)[out[-1]]))
+            grown = {"input_ids": out[-1], "attention_mask": 1, "token_type_ids": 0}
+            encoded = {k: torch.cat([v, torch.tensor([[grown[k]]])], dim=1) if k in grown else v
+                       for k, v in encoded.items()}
+    return Greedy(prompt, out, logprobs)
 
 
 if __name__ == "__main__":  # python -m tests.vision_checkpoints OUT: the tiny LLaVA, to serve and try
@@ -95,3 +153,32 @@ if __name__ == "__main__":  # python -m tests.vision_checkpoints OUT: the tiny L
     from tt_backend.models.checkpoint import resolve_model_dir
 
     build_tiny_llava(resolve_model_dir(""), Path(sys.argv[1]))
+
+
+def engine_greedy(engine: Any, text: str, seeds: list[int], request_id: str, as_text: bool = True) -> Greedy:
+    """The engine's greedy tokens (and their logprobs) for `text` with `picture(seed)` images, run alone
+    to its end: the prompt as tt_llm's text_input brings it (`as_text`), or as input_ids. Its
+    `prompt` is as long as the expanded prompt (the engine reports its length, not its ids)."""
+    from tt_backend.sampling.params import SamplingParams
+    from tt_backend.text.images import ImageLimits, decode_image
+
+    outputs: list[Any] = []
+    ids = engine.tokenizer(text).input_ids
+    images = tuple(decode_image(picture(s), "image", ImageLimits()) for s in seeds)
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=0)
+    engine.add_request(request_id, ids, params, outputs.append, images, text if as_text else None)
+    while engine.has_unfinished:
+        engine.step()
+    last = outputs[-1]
+    assert last.finish_reason is not None and last.error is None, last
+    tokens = [t for out in outputs for t in out.new_token_ids]
+    logprobs = [position[t].logprob for out in outputs for t, position in zip(out.new_token_ids, out.logprobs,
+                                                                               strict=True)]
+    return Greedy([0] * last.num_prompt_tokens, tokens, logprobs)
+
+
+def assert_same(ours: Greedy, hf: Greedy) -> None:
+    """The same prompt length and tokens, each token's logprob within 1e-4 (fp32 accumulation order)."""
+    assert (len(ours.prompt), ours.tokens) == (len(hf.prompt), hf.tokens)
+    worst = max(abs(a - b) for a, b in zip(ours.logprobs, hf.logprobs, strict=True))
+    assert worst < 1e-4, f"max |logprob ours - HF| = {worst}"

@@ -22,7 +22,7 @@ from openai import OpenAI
 
 from tests.integration.clients import grpc_stream, s, scrape, series, wait_for_metrics
 from tests.integration.conftest import ROOT, Server, start_server, stop_server, wait_ready
-from tests.vision_checkpoints import build_tiny_llava, hf_greedy, picture
+from tests.vision_checkpoints import build_tiny_llava, hf_vision_greedy, picture
 
 pytestmark = pytest.mark.integration
 NAME = "tiny-llava"
@@ -68,7 +68,8 @@ def test_chat_with_an_image_through_the_front_gives_hf_greedy_text(llava_server:
     rendered = AutoProcessor.from_pretrained(llava_dir).apply_chat_template(
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": content[1]["text"]}]}],
         add_generation_prompt=True, tokenize=False)
-    prompt, ref = hf_greedy(llava_dir, rendered, [picture(11)], 8)
+    greedy = hf_vision_greedy(llava_dir, rendered, [picture(11)], 8)
+    prompt, ref = greedy.prompt, greedy.tokens
     client = OpenAI(base_url=llava_server.openai, api_key="unused", max_retries=0, timeout=300)
     reply = client.chat.completions.create(model=NAME, messages=messages,  # type: ignore[arg-type]
                                            max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
@@ -78,7 +79,8 @@ def test_chat_with_an_image_through_the_front_gives_hf_greedy_text(llava_server:
 
 def test_tt_llm_takes_the_image_input_and_a_second_request_reads_the_encoder_cache(
         llava_server: Server, llava_dir: Path) -> None:
-    prompt, ref = hf_greedy(llava_dir, PROMPT, [picture(12)], 8)
+    greedy = hf_vision_greedy(llava_dir, PROMPT, [picture(12)], 8)
+    prompt, ref = greedy.prompt, greedy.tokens
     queries, hits = (series(name, model_name=NAME) for name in ("vllm:mm_cache_queries_total",
                                                                  "vllm:mm_cache_hits_total"))
     before = scrape(llava_server.metrics)
@@ -137,6 +139,6 @@ def test_the_client_example_asks_about_an_image_both_ways(llava_server: Server, 
         [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}],
         add_generation_prompt=True, tokenize=False)
     for text, out in ((rendered, front), ("USER: <image>\nWhat is it?\nASSISTANT:", grpc)):
-        _, ref = hf_greedy(llava_dir, text, [picture(14)], 6)
+        ref = hf_vision_greedy(llava_dir, text, [picture(14)], 6).tokens
         expected = tokenizer.decode(ref, skip_special_tokens=True)
         assert out.stdout == expected + "\n"

@@ -13,12 +13,18 @@ from typing import Any
 import pytest
 import torch
 
-from tests.vision_checkpoints import IMAGE_TOKENS, build_tiny_llava, hf_greedy, picture
+from tests.vision_checkpoints import (
+    IMAGE_TOKENS,
+    assert_same,
+    build_tiny_llava,
+    engine_greedy,
+    hf_vision_greedy,
+    picture,
+)
 from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.engine.engine import LLMEngine
-from tt_backend.engine.outputs import RequestOutput
 from tt_backend.models.llava import LlavaForConditionalGeneration
 from tt_backend.models.loader import load_model
 from tt_backend.sampling.params import SamplingParams
@@ -39,17 +45,6 @@ def llava_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path
 
 def image(seed: int) -> ImageInput:
     return decode_image(picture(seed), "image", ImageLimits())
-
-
-def generate(engine: LLMEngine, text: str, seeds: list[int], request_id: str) -> tuple[int, list[int]]:
-    """(prompt tokens after expansion, the greedy tokens), the request run alone to its end."""
-    outputs: list[RequestOutput] = []
-    ids = engine.tokenizer.encode(text, add_special_tokens=False)
-    engine.add_request(request_id, ids, GREEDY, outputs.append, tuple(image(s) for s in seeds))
-    while engine.has_unfinished:
-        engine.step()
-    assert outputs[-1].finish_reason is not None and outputs[-1].error is None, outputs[-1]
-    return outputs[-1].num_prompt_tokens, [t for out in outputs for t in out.new_token_ids]
 
 
 def test_the_encoder_gives_hf_image_features(llava_dir: Path) -> None:
@@ -78,31 +73,34 @@ def engine(llava_dir: Path) -> Iterator[LLMEngine]:
 def test_greedy_tokens_equal_hf_and_the_same_picture_reads_the_encoder_cache(engine: LLMEngine,
                                                                             llava_dir: Path) -> None:
     cache = engine.runner.images  # type: ignore[attr-defined]
-    prompt, ref = hf_greedy(llava_dir, PROMPT, [picture(1)], 8)
+    ref = hf_vision_greedy(llava_dir, PROMPT, [picture(1)], 8)
     misses, hits = cache.misses, cache.hits
-    assert generate(engine, PROMPT, [1], "first") == (len(prompt), ref)
+    assert_same(engine_greedy(engine, PROMPT, [1], "first"), ref)
     assert (cache.misses, cache.hits) == (misses + 1, hits)
-    assert generate(engine, PROMPT, [1], "again") == (len(prompt), ref)
+    assert_same(engine_greedy(engine, PROMPT, [1], "again", as_text=False), ref)  # as input_ids
     assert (cache.misses, cache.hits) == (misses + 1, hits + 1)
-    other_prompt, other = hf_greedy(llava_dir, PROMPT, [picture(2)], 8)
-    assert other != ref  # the picture matters, and a cached prefix of the first one is not reused
-    assert generate(engine, PROMPT, [2], "other") == (len(other_prompt), other)
+    other = hf_vision_greedy(llava_dir, PROMPT, [picture(2)], 8)
+    assert other.tokens != ref.tokens  # the picture matters; the first one's cached prefix is not reused
+    assert_same(engine_greedy(engine, PROMPT, [2], "other"), other)
     assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
 
 
 def test_two_images_in_one_prompt(engine: LLMEngine, llava_dir: Path) -> None:
-    prompt, ref = hf_greedy(llava_dir, TWO, [picture(4), picture(5)], 8)
-    assert prompt.count(prompt[4]) >= 2 * IMAGE_TOKENS
-    assert generate(engine, TWO, [4, 5], "two") == (len(prompt), ref)
+    ref = hf_vision_greedy(llava_dir, TWO, [picture(4), picture(5)], 8)
+    assert ref.prompt.count(ref.prompt[4]) >= 2 * IMAGE_TOKENS
+    assert_same(engine_greedy(engine, TWO, [4, 5], "two"), ref)
+    adjacent = "USER: <image><image>\nWhich is brighter?\nASSISTANT:"  # two runs of image tokens, joined
+    assert_same(engine_greedy(engine, adjacent, [4, 5], "adjacent", as_text=False),
+                hf_vision_greedy(llava_dir, adjacent, [picture(4), picture(5)], 8))
 
 
 def test_a_prefill_chunked_through_the_image_gives_hf_tokens(llava_dir: Path) -> None:
-    prompt, ref = hf_greedy(llava_dir, PROMPT, [picture(6)], 8)
+    ref = hf_vision_greedy(llava_dir, PROMPT, [picture(6)], 8)
     chunked = build_engine(EngineConfig(model=str(llava_dir), dtype="float32", max_model_len=256,
                                         max_num_seqs=2, max_num_batched_tokens=16,
                                         enable_prefix_caching=False))
     try:
-        assert generate(chunked, PROMPT, [6], "chunked") == (len(prompt), ref)
+        assert_same(engine_greedy(chunked, PROMPT, [6], "chunked"), ref)
     finally:
         chunked.shutdown()
 

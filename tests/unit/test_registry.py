@@ -13,8 +13,9 @@ BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
 
 def test_builtins_resolve_by_hf_architecture() -> None:
     registry = build_registry("torch", extra_models_dir="", builtin=True)
-    assert registry.names() == ["Gemma3ForCausalLM", "LlamaForCausalLM", "LlavaForConditionalGeneration",
-                                "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+    assert registry.names() == ["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "LlamaForCausalLM",
+                                "LlavaForConditionalGeneration", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                "Qwen3ForCausalLM"]
     assert registry.find(["Qwen3ForCausalLM"]).resolve() is Qwen3ForCausalLM
     with pytest.raises(ValueError, match=r"architectures=\['GPT2LMHeadModel'\] are not supported on torch"):
         registry.find(["GPT2LMHeadModel"])
@@ -48,8 +49,8 @@ def test_build_registry_reads_its_arguments_not_the_environment(monkeypatch: pyt
     monkeypatch.setenv("TT_VLLM_BUILTIN_MODELS", "0")
     monkeypatch.setenv("EXTRA_MODELS_DIR", str(BUNDLES))
     assert build_registry("torch", extra_models_dir="", builtin=True).names() == [
-        "Gemma3ForCausalLM", "LlamaForCausalLM", "LlavaForConditionalGeneration", "MistralForCausalLM",
-        "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+        "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "LlamaForCausalLM",
+        "LlavaForConditionalGeneration", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
     assert build_registry("torch", extra_models_dir="", builtin=False).names() == []
 
 

@@ -14,14 +14,14 @@ from tt_backend.text.tokenizer import eos_token_ids, load_tokenizer
 
 
 def finish_engine(config: EngineConfig, runner: StepRunner, model_dir: Path, vocab_size: int,
-                  takes_images: bool) -> LLMEngine:
+                  takes_images: bool, bidirectional_images: bool = False) -> LLMEngine:
     """The engine over a warmed-up runner (config resolved for the model, KV capacity final); a
     failure here closes the runner (and with it the device). `takes_images`: the model's
     ModelCapabilities.takes_images (without it the engine refuses requests that bring images; with it
     the model's HF processor expands their placeholders)."""
     try:
         tokenizer = load_tokenizer(model_dir)
-        prompts = ImagePrompts.load(model_dir) if takes_images else None
+        prompts = ImagePrompts.load(model_dir, bidirectional_images) if takes_images else None
         return LLMEngine(config, SchedulerConfig.from_engine_config(config), runner, tokenizer, vocab_size,
                          eos_token_ids(model_dir, tokenizer.eos_token_id), takes_images, prompts)
     except BaseException:

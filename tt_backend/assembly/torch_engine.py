@@ -99,7 +99,8 @@ def _build(config: EngineConfig) -> LLMEngine:
     except BaseException:
         runner.close()
         raise
-    return finish_engine(config, runner, model_dir, spec.vocab_size, caps.takes_images)
+    return finish_engine(config, runner, model_dir, spec.vocab_size, caps.takes_images,
+                         caps.bidirectional_images)
 
 
 def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapabilities,

@@ -24,6 +24,10 @@ class ForwardBatch:
     embeddings (the encoder output of the images whose placeholders the rows hold); eager prefill only."""
     embed_mask: torch.Tensor | None = None
     """[B, T, 1] bool: the positions `embeds` fills."""
+    image_ends: torch.Tensor | None = None
+    """[B, T] long: for a token of an image whose tokens attend to each other (Gemma 3), the position
+    its image ends at; 0 elsewhere. A model that reads it lets such a token see the keys of its own
+    image after it."""
 
     def embed(self, table: torch.nn.Embedding) -> torch.Tensor:
         """The rows' input embeddings: the token embeddings, with `embeds` in place where given."""

@@ -24,6 +24,9 @@ class ImageSpan:
     """Placeholder tokens it fills: its encoder output has this many rows."""
     pixels: object = field(default=None, repr=False, compare=False)
     """What the model's image encoder takes (its HF processor's output; opaque above the runtime)."""
+    bidirectional: bool = False
+    """Its tokens attend to each other both ways in prefill (Gemma 3), so a prefill chunk holds all of
+    them or none."""
 
     @property
     def end(self) -> int:

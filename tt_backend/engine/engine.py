@@ -109,15 +109,18 @@ class LLMEngine:
 
     # ---- thread-safe entry points ----------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    on_output: OutputCallback, images: tuple[ImageInput, ...] = ()) -> None:
+                    on_output: OutputCallback, images: tuple[ImageInput, ...] = (),
+                    prompt_text: str | None = None) -> None:
         """Validate and enqueue; raises ValueError (naming the field) for bad input. `images`: the
-        request's (validated, in prompt order), for a model that takes images."""
+        request's (validated, in prompt order), for a model that takes images; `prompt_text`: the
+        text `prompt_token_ids` were tokenized from, if they were (its processor then reads it)."""
         self.validate(prompt_token_ids, params, images)
         spans: tuple[ImageSpan, ...] = ()
         if images and self.image_prompts is not None:
-            prompt = self.image_prompts.prepare(prompt_token_ids, images)
+            prompt = self.image_prompts.prepare(prompt_token_ids, images, prompt_text)
             prompt_token_ids, spans = prompt.token_ids, prompt.images
             self.validate(prompt_token_ids, params)  # the expanded prompt, against max_model_len
+            self._check_whole_images(spans)
         request = Request(request_id, tuple(prompt_token_ids), params, images=spans)
         with self._cv:
             if self._failure is not None:
@@ -130,6 +133,13 @@ class LLMEngine:
             self.requests.reserve(request_id)
             self._intake.append(_Add(request, on_output, time.monotonic(), images))
             self._cv.notify()
+
+    def _check_whole_images(self, spans: tuple[ImageSpan, ...]) -> None:
+        budget = self.scheduler.config.max_num_batched_tokens
+        for i, span in enumerate(spans):
+            if span.bidirectional and span.length > budget:
+                raise ValueError(f"image[{i}] is {span.length} tokens, prefilled in one step (they attend to "
+                                 f"each other), more than max_num_batched_tokens={budget}")
 
     def _check_parked(self) -> None:
         """(With self._cv held.) Refuse a request with structured outputs past max_parked_requests

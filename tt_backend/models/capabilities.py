@@ -26,6 +26,8 @@ class ModelCapabilities:
     takes_images: bool = False
     """A vision-language model: requests may bring images (tt_llm's `image`, the front's image parts);
     without it the engine refuses a request that does, before it holds a slot or a KV block."""
+    bidirectional_images: bool = False
+    """An image's tokens attend to each other both ways in prefill (Gemma 3): each is prefilled whole."""
 
     def log_undeclared(self, architecture: str) -> None:
         """Say which of the features the config may turn on by default are off for this model."""
@@ -59,3 +61,5 @@ TORCH_LLAMA = ModelCapabilities(prefix_caching=True, chunked_prefill=True, batch
 
 TORCH_LLAVA = replace(TORCH_LLAMA, takes_images=True)
 """A vision-language model over our Llama family: its encoder runs inside eager prefill steps."""
+TORCH_GEMMA3_VISION = replace(TORCH_LLAVA, bidirectional_images=True)
+"""Gemma 3 with its vision tower: as LLaVA's, an image's tokens also attending to each other."""

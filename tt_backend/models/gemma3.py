@@ -147,6 +147,9 @@ class Gemma3ForCausalLM(nn.Module):
         self.config = cfg
         self.model = Gemma3TextModel(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.bidirectional_images = False
+        """Gemma 3's vision model sets it: a prefill's image tokens see their whole image
+        (ForwardBatch.image_ends), as HF's mask from token_type_ids."""
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> Gemma3ForCausalLM:
@@ -166,6 +169,8 @@ class Gemma3ForCausalLM(nn.Module):
         """
         x = self.model.embed_tokens(batch.input_ids)
         x = x * self.model.embed_scale.to(x.dtype)
+        if batch.embeds is not None and batch.embed_mask is not None:  # image features: not scaled (HF's)
+            x = torch.where(batch.embed_mask, batch.embeds.to(x.dtype), x)
         ropes, masks = self._per_layer_kind(batch, kv_cache.shape[3], x.dtype)
         for i, (layer, sliding) in enumerate(zip(self.model.layers, self.config.sliding, strict=True)):
             x = layer(x, ropes[sliding], kv_cache[i], batch, masks[sliding])
@@ -187,5 +192,6 @@ class Gemma3ForCausalLM(nn.Module):
             rotary = self.model.rotary_local if sliding else self.model.rotary_global
             ropes[sliding] = rotary(batch.positions, dtype)
             window = self.config.sliding_window if sliding else None
-            masks[sliding] = additive_mask(batch, num_keys, dtype, window)
+            ends = batch.image_ends if self.bidirectional_images else None
+            masks[sliding] = additive_mask(batch, num_keys, dtype, window, ends)
         return ropes, masks

@@ -1,13 +1,15 @@
-"""A vision-language model's prompt with images: each image's placeholder token expanded, by the
-model's own HF processor, into the tokens its encoder output fills, and its pixel values.
+"""A vision-language model's prompt with images: each image's placeholder expanded, by the model's
+own HF processor, into the tokens its encoder output fills, and its pixel values.
 
-A prompt marks each image with the processor's image token (LLaVA's `<image>`; the chat template
-writes one for each image part, a `tt_llm` client writes it in `text_input`, as vLLM takes it). For
-each image in turn the processor is called on that token alone with that image: what it returns is
-what it would have put in the prompt (LLaVA: the token repeated once per patch feature) and what
-the encoder takes (`pixel_values`), so resizing, patching and the placeholder count are the
-processor's, not ours. The expanded tokens replace the placeholder; the run of image tokens in them
-is the span the encoder output fills (`ImageSpan`).
+A prompt marks each image with the processor's placeholder (`processor.image_token`: LLaVA's
+`<image>`, Gemma 3's `<start_of_image>`); the chat template writes one for each image part, a
+`tt_llm` client writes it in `text_input` (or its id in `input_ids`), as vLLM takes it. A prompt
+that came as text is processed whole, text and images together, as HF does (the expansion may
+join the text around it into other tokens: Gemma 3's `\\n\\n` before the image merges with a
+newline before it); a prompt of ids is expanded placeholder by placeholder, each with what the
+processor writes for that placeholder alone. The encoder's inputs are the image processor's output
+for each image. Each run of feature tokens (`processor.image_token_ids`: LLaVA's `<image>` again,
+Gemma 3's `<image_soft_token>`) is the span its image's encoder output fills (`ImageSpan`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from tt_backend.contract.step import ImageSpan
 from tt_backend.text.images import ImageInput
-
-_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
-"""What a processor returns of the text; the rest is the encoder's input."""
 
 
 @dataclass(frozen=True)
@@ -33,52 +30,70 @@ class ImagePrompt:
 
 
 class ImagePrompts:
-    def __init__(self, processor: Any) -> None:
+    def __init__(self, processor: Any, bidirectional: bool = False) -> None:
         self.processor = processor
-        self.image_token: str = processor.image_token
-        self.image_token_id: int = int(processor.image_token_id)
+        self.bidirectional = bidirectional
+        """The model's image tokens attend to each other both ways (its spans are prefilled whole)."""
+        self.placeholder: str = processor.image_token
+        self.placeholder_id: int = int(processor.image_token_id)
+        ids = getattr(processor, "image_token_ids", None) or [self.placeholder_id]
+        self.feature_id: int = int(ids[0])
 
     @classmethod
-    def load(cls, model_dir: Path) -> ImagePrompts:
+    def load(cls, model_dir: Path, bidirectional: bool = False) -> ImagePrompts:
         from transformers import AutoProcessor
 
         try:
             processor = AutoProcessor.from_pretrained(model_dir)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{model_dir} holds a vision-language model, but its HF processor does not load "
-                             f"(preprocessor_config.json, processor_config.json): {exc}") from exc
+                             f"(processor_config.json, preprocessor_config.json): {exc}") from exc
         if not hasattr(processor, "image_processor") or not hasattr(processor, "image_token_id"):
-            raise ValueError(f"{model_dir}: {type(processor).__name__} is not an image processor of a "
+            raise ValueError(f"{model_dir}: {type(processor).__name__} is not the processor of a "
                              "vision-language model (it has no image_processor or image_token_id)")
-        return cls(processor)
+        return cls(processor, bidirectional)
 
-    def prepare(self, prompt_ids: Sequence[int], images: Sequence[ImageInput]) -> ImagePrompt:
-        """The prompt with each placeholder expanded, and its images' spans; ValueError naming `image`
-        when the placeholders and the images do not pair up."""
-        places = [i for i, token in enumerate(prompt_ids) if token == self.image_token_id]
+    def prepare(self, prompt_ids: Sequence[int], images: Sequence[ImageInput],
+                text: str | None = None) -> ImagePrompt:
+        """The prompt (`text`, tokenized as `prompt_ids`, or the ids alone) with its placeholders
+        expanded, and its images' spans; ValueError naming `image` when placeholders and images do
+        not pair up."""
+        places = [i for i, token in enumerate(prompt_ids) if token == self.placeholder_id]
         if len(places) != len(images):
             raise ValueError(
-                f"image: the prompt holds {len(places)} image placeholder(s) ({self.image_token!r}) and "
-                f"{len(images)} image(s) came with it; write one {self.image_token!r} where each image goes "
+                f"image: the prompt holds {len(places)} image placeholder(s) ({self.placeholder!r}) and "
+                f"{len(images)} image(s) came with it; write one {self.placeholder!r} where each image goes "
                 "(a chat request's image parts place theirs)")
-        out: list[int] = []
-        spans: list[ImageSpan] = []
-        last = 0
-        for place, image in zip(places, images, strict=True):
-            out.extend(prompt_ids[last:place])
-            ids, pixels = self._expand(image)
-            run = [k for k, token in enumerate(ids) if token == self.image_token_id]
-            assert run and run == list(range(run[0], run[0] + len(run))), "one contiguous run of image tokens"
-            spans.append(ImageSpan(image.sha256, len(out) + run[0], len(run), pixels))
-            out.extend(ids)
-            last = place + 1
-        out.extend(prompt_ids[last:])
-        return ImagePrompt(out, tuple(spans))
+        pictures = [image.rgb() for image in images]
+        alone = [self._alone(picture) for picture in pictures]
+        if text is not None:
+            encoded = self.processor(text=[text], images=pictures, return_tensors="pt")
+            ids = [int(t) for t in encoded["input_ids"][0]]
+        else:
+            ids = []
+            last = 0
+            for place, (expansion, _) in zip(places, alone, strict=True):
+                ids += list(prompt_ids[last:place]) + expansion
+                last = place + 1
+            ids += prompt_ids[last:]
+        at = [i for i, token in enumerate(ids) if token == self.feature_id]
+        counts = [expansion.count(self.feature_id) for expansion, _ in alone]
+        assert len(at) == sum(counts), f"{len(at)} image tokens in the prompt for images of {counts}"
+        spans = []
+        for image, count, (_, pixels) in zip(images, counts, alone, strict=True):
+            mine, at = at[:count], at[count:]
+            start = mine[0]
+            assert mine[-1] - start == count - 1, "an image's tokens are one run"
+            spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional))
+        return ImagePrompt(ids, tuple(spans))
 
-    def _expand(self, image: ImageInput) -> tuple[list[int], dict[str, torch.Tensor]]:
-        """What the processor writes for one image's placeholder, and the encoder's inputs."""
-        encoded = self.processor(text=[self.image_token], images=[image.rgb()], return_tensors="pt",
+    def _alone(self, picture: Any) -> tuple[list[int], dict[str, Any]]:
+        """What the processor writes for one placeholder with this image, and the encoder's inputs."""
+        encoded = self.processor(text=[self.placeholder], images=[picture], return_tensors="pt",
                                  add_special_tokens=False)
-        ids = [int(t) for t in encoded["input_ids"][0]]
         pixels = {k: v for k, v in encoded.items() if k not in _TEXT_KEYS}
-        return ids, pixels
+        return [int(t) for t in encoded["input_ids"][0]], pixels
+
+
+_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+"""What a processor returns of the text; the rest is the encoder's input."""

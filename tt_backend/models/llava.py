@@ -38,6 +38,18 @@ _RENAMES = (("model.language_model.", "language_model.model."), ("model.vision_t
             ("lm_head.", "language_model.lm_head."), ("vision_tower.vision_model.", "vision_tower."))
 
 
+def rename(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A vision-language checkpoint's names (either form) as our modules': `language_model.model.*`,
+    `language_model.lm_head.*`, `vision_tower.*`, `multi_modal_projector.*`."""
+    out: dict[str, torch.Tensor] = {}
+    for name, value in state.items():
+        for old, new in _RENAMES:  # in order: model.vision_tower.vision_model.x → vision_tower.x
+            if name.startswith(old):
+                name = new + name[len(old):]
+        out[name] = value
+    return out
+
+
 class LlavaProjector(nn.Module):
     def __init__(self, vision_dim: int, text_dim: int, act: str, bias: bool) -> None:
         super().__init__()
@@ -85,14 +97,8 @@ class LlavaForConditionalGeneration(nn.Module, NativeKernelModel):
     @staticmethod
     def checkpoint_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Every form of the checkpoint's names as ours; the tower's post-LayerNorm is dropped."""
-        out: dict[str, torch.Tensor] = {}
-        for name, value in state.items():
-            for old, new in _RENAMES:  # in order: model.vision_tower.vision_model.x → vision_tower.x
-                if name.startswith(old):
-                    name = new + name[len(old):]
-            if not name.startswith(("vision_tower.post_layernorm.", "vision_tower.embeddings.position_ids")):
-                out[name] = value
-        return out
+        unread = ("vision_tower.post_layernorm.", "vision_tower.embeddings.position_ids")
+        return {name: value for name, value in rename(state).items() if not name.startswith(unread)}
 
     @property
     def spec(self) -> ModelSpec:

@@ -27,12 +27,15 @@ def gather_kv(kv: torch.Tensor, block_tables: torch.Tensor) -> tuple[torch.Tenso
     return blocks[0], blocks[1]
 
 
-def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | None = None) -> torch.Tensor:
-    """[B, 1, T, S] bool: key s is visible to a query at position p iff s <= p, s < context and,
-    with a sliding window w, p - s < w."""
+def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | None = None,
+                   image_ends: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, 1, T, S] bool: key s is visible to a query at position p iff s <= p (or, with `image_ends`
+    e, s < e[p]: the rest of its image), s < context and, with a sliding window w, p - s < w."""
     s = torch.arange(num_keys, device=batch.positions.device)
     p = batch.positions[:, :, None]  # [B, T, 1]
     visible = s[None, None, :] <= p  # [B, T, S]
+    if image_ends is not None:
+        visible |= s[None, None, :] < image_ends[:, :, None]
     if sliding_window is not None:
         visible &= s[None, None, :] > p - sliding_window
     valid = s[None, :] < batch.context_lens[:, None]  # [B, S]
@@ -40,9 +43,9 @@ def attention_mask(batch: ForwardBatch, num_keys: int, sliding_window: int | Non
 
 
 def additive_mask(batch: ForwardBatch, num_keys: int, dtype: torch.dtype,
-                  sliding_window: int | None = None) -> torch.Tensor:
+                  sliding_window: int | None = None, image_ends: torch.Tensor | None = None) -> torch.Tensor:
     """`attention_mask` as SDPA adds it: [B, 1, T, S] of 0 (visible) and -inf, in the activations' dtype
     (built once per step: SDPA would convert a boolean mask in every layer)."""
-    visible = attention_mask(batch, num_keys, sliding_window)
+    visible = attention_mask(batch, num_keys, sliding_window, image_ends)
     mask = torch.zeros(visible.shape, dtype=dtype, device=batch.positions.device)
     return mask.masked_fill_(~visible, float("-inf"))

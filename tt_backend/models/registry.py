@@ -41,6 +41,7 @@ TORCH_BUILTINS = {
        for arch in ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")},
     "Gemma3ForCausalLM": "tt_backend.models.gemma3:Gemma3ForCausalLM",
     "LlavaForConditionalGeneration": "tt_backend.models.llava:LlavaForConditionalGeneration",
+    "Gemma3ForConditionalGeneration": "tt_backend.models.gemma3_vision:Gemma3ForConditionalGeneration",
 }
 # TT-Metal's vLLM-facing generators (tt-metal models/tt_transformers); unverified on hardware here.
 TT_BUILTINS = {

@@ -132,9 +132,10 @@ class EagerExecutor:
             inputs = prepare_host_inputs(rows, block_size, shape.batch, shape.seq_len, shape.table_width,
                                          per_lane)
             if self.images is not None and any(row.images for row in rows):
-                merged = image_embeds(rows, self.images, shape.batch, shape.seq_len)
-                if merged is not None:
-                    inputs = dataclasses.replace(inputs, embeds=merged[0], embed_mask=merged[1])
+                found = image_embeds(rows, self.images, shape.batch, shape.seq_len)
+                if found is not None:
+                    inputs = dataclasses.replace(inputs, embeds=found.embeds, embed_mask=found.mask,
+                                                 image_ends=found.ends)
             calls.append(PreparedCall(shape, wave.source_rows, inputs,
                                       sampling.tensors.rows(list(wave.source_rows), shape.batch)))
         return tuple(calls)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -60,12 +61,23 @@ class ImageEncoderCache:
         self._tokens = 0
 
 
+@dataclass(frozen=True)
+class WaveImages:
+    embeds: torch.Tensor
+    """[batch, seq_len, hidden]: the encoder outputs at their placeholders' places."""
+    mask: torch.Tensor
+    """[batch, seq_len, 1] bool: the places they fill."""
+    ends: torch.Tensor | None
+    """[batch, seq_len] long: for a token of a bidirectional image, the position its image ends at
+    (its keys up to there are visible); 0 elsewhere. None: the rows hold no bidirectional image."""
+
+
 def image_embeds(rows: Sequence[PlannedRow], cache: ImageEncoderCache, batch: int,
-                 seq_len: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """([batch, seq_len, hidden] embeddings, [batch, seq_len, 1] mask) of the rows' image
-    placeholders, row i of the wave at index i; None when no row holds one."""
+                 seq_len: int) -> WaveImages | None:
+    """The wave's image inputs, row i of the wave at index i; None when no row holds an image."""
     embeds: torch.Tensor | None = None
     mask: torch.Tensor | None = None
+    ends: torch.Tensor | None = None
     for i, row in enumerate(rows):
         for image in row.images:
             out = cache.output(image)
@@ -76,4 +88,9 @@ def image_embeds(rows: Sequence[PlannedRow], cache: ImageEncoderCache, batch: in
             at = lo - row.start_position
             embeds[i, at:at + hi - lo] = out[lo - image.offset:hi - image.offset]
             mask[i, at:at + hi - lo] = True
-    return None if embeds is None or mask is None else (embeds, mask)
+            if image.bidirectional:
+                assert hi == image.end, "a bidirectional image is prefilled whole (past its cached part)"
+                if ends is None:
+                    ends = torch.zeros(batch, seq_len, dtype=torch.long, device=out.device)
+                ends[i, at:at + hi - lo] = image.end
+    return None if embeds is None or mask is None else WaveImages(embeds, mask, ends)

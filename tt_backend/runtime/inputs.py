@@ -82,4 +82,5 @@ def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
     embeds, mask = batch.embeds, batch.embed_mask
     if embeds is not None and mask is not None:
         embeds, mask = embeds.to(device, non_blocking=True), mask.to(device, non_blocking=True)
-    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask)
+    ends = None if batch.image_ends is None else batch.image_ends.to(device, non_blocking=True)
+    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask, ends)

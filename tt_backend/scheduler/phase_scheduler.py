@@ -229,6 +229,8 @@ class PhaseScheduler:
         start = request.num_computed_tokens if start is None else start
         remaining = request.prefill_target - start
         n = min(remaining, budget, self.kv.fitting_tokens(request, start, computed))
+        if 0 < n < remaining and request.images:
+            n = request.chunk_stop(start, start + n) - start
         if n <= 0 or (n < remaining and not self.config.enable_chunked_prefill):
             return 0
         slots = self.kv.allocate_slots(request, start + n, computed)

@@ -51,6 +51,14 @@ class Request:
         """The images whose placeholders overlap positions [start, stop)."""
         return tuple(image for image in self.images if image.overlaps(start, stop))
 
+    def chunk_stop(self, start: int, stop: int) -> int:
+        """The furthest end <= `stop` of a prefill chunk from `start` that splits no bidirectional image
+        (`start`: nothing fits)."""
+        for image in self.images:
+            if image.bidirectional and image.offset < stop < image.end:
+                stop = max(image.offset, start)
+        return stop
+
     @property
     def is_prefilling(self) -> bool:
         return self.num_computed_tokens < self.prefill_target

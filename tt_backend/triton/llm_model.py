@@ -134,7 +134,8 @@ class TritonPythonModel:
             # Registered before the engine sees it, so no output can overtake the registration.
             self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))
             self.engine.add_request(request_id, list(prompt_ids), parsed.sampling,
-                                    lambda out: self._queue.put(_Output(out)), parsed.images)
+                                    lambda out: self._queue.put(_Output(out)), parsed.images,
+                                    parsed.prompt_text if parsed.prompt_ids is None else None)
         except Exception as exc:  # noqa: BLE001 (every refusal is this request's final response)
             self._queue.put(_Reject(sender, str(exc), request_id, kind_of(exc)))
 

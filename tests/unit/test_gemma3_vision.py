@@ -1,0 +1,114 @@
+"""Gemma 3 with its vision tower on torch against HF transformers on a tiny random checkpoint
+(tests/vision_checkpoints.py), fp32: SigLIP and the projector's features; the engine's greedy
+tokens for a chat prompt with images (its image tokens attending to each other both ways, a sliding
+layer of window 8 across them), processed whole as HF does, also when a prefill step's budget
+would end a chunk inside an image (the chunk stops before it), and with two images; an image larger
+than a prefill step is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.vision_checkpoints import (
+    GEMMA3_IMAGE_TOKENS,
+    assert_same,
+    build_tiny_gemma3,
+    engine_greedy,
+    hf_vision_greedy,
+    picture,
+)
+from tt_backend.assembly import build_engine
+from tt_backend.config import EngineConfig
+from tt_backend.devices.cpu.compute_plan import ComputePlan
+from tt_backend.engine.engine import LLMEngine
+from tt_backend.models.loader import load_model
+from tt_backend.sampling.params import SamplingParams
+
+PROMPT = "<start_of_turn>user\nLook:\n<start_of_image>What is in this picture?<end_of_turn>\n" \
+         "<start_of_turn>model\n"
+TWO = "<start_of_turn>user\n<start_of_image> and <start_of_image>: which is brighter?<end_of_turn>\n" \
+      "<start_of_turn>model\n"
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("tiny_gemma3_vision")
+    build_tiny_gemma3(model_dir, out)
+    return out
+
+
+def test_the_encoder_gives_hf_image_features(gemma_dir: Path) -> None:
+    from transformers import Gemma3ForConditionalGeneration as HFGemma3
+
+    ours = load_model(gemma_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
+    assert ours.architecture == "Gemma3ForConditionalGeneration" and ours.capabilities.bidirectional_images
+    hf: Any = HFGemma3.from_pretrained(gemma_dir, dtype=torch.float32).eval()
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = hf.model.get_image_features(pixel_values=pixels).pooler_output.reshape(-1, 64)
+    mine = ours.module.encode_image({"pixel_values": pixels})
+    assert mine.shape == (GEMMA3_IMAGE_TOKENS, 64)
+    assert (mine - ref).abs().max().item() < 1e-5
+
+
+@pytest.fixture(scope="module")
+def engine(gemma_dir: Path) -> Iterator[LLMEngine]:
+    engine = build_engine(EngineConfig(model=str(gemma_dir), dtype="float32", max_model_len=256,
+                                       max_num_seqs=4))
+    yield engine
+    engine.shutdown()
+
+
+@pytest.mark.parametrize(("text", "seeds"), [(PROMPT, [1]), (TWO, [2, 3])])
+def test_greedy_tokens_equal_hf(engine: LLMEngine, gemma_dir: Path, text: str, seeds: list[int]) -> None:
+    assert_same(engine_greedy(engine, text, seeds, f"g{seeds}"),
+                hf_vision_greedy(gemma_dir, text, [picture(s) for s in seeds], 8))
+    assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
+
+
+def test_a_chunk_stops_before_an_image_it_would_split(gemma_dir: Path) -> None:
+    ref = hf_vision_greedy(gemma_dir, PROMPT, [picture(4)], 8)
+    start = ref.prompt.index(_soft(gemma_dir))
+    budget = start + 2  # the first chunk would end inside the image: it ends before it
+    chunked = build_engine(EngineConfig(model=str(gemma_dir), dtype="float32", max_model_len=256,
+                                        max_num_seqs=2, max_num_batched_tokens=budget,
+                                        enable_prefix_caching=False))
+    try:
+        steps: list[tuple[int, ...]] = []
+        run = chunked.runner.run_and_sample  # type: ignore[attr-defined]
+
+        def record(plan: Any, sampling: Any) -> Any:
+            steps.append(tuple(len(row.token_ids) for row in plan.rows))
+            return run(plan, sampling)
+
+        chunked.runner.run_and_sample = record  # type: ignore[method-assign]
+        assert_same(engine_greedy(chunked, PROMPT, [4], "chunked"), ref)
+        assert steps[0] == (start,)  # up to the image, which the next chunk holds whole
+    finally:
+        chunked.shutdown()
+
+
+def _soft(gemma_dir: Path) -> int:
+    from transformers import AutoTokenizer
+
+    return int(AutoTokenizer.from_pretrained(gemma_dir).convert_tokens_to_ids("<image_soft_token>"))
+
+
+def test_an_image_larger_than_a_prefill_step_is_refused(gemma_dir: Path) -> None:
+    small = build_engine(EngineConfig(model=str(gemma_dir), dtype="float32", max_model_len=256,
+                                      max_num_seqs=2, max_num_batched_tokens=GEMMA3_IMAGE_TOKENS - 1))
+    try:
+        with pytest.raises(ValueError) as info:
+            engine_greedy(small, PROMPT, [1], "big")
+        assert str(info.value) == (
+            f"image[0] is {GEMMA3_IMAGE_TOKENS} tokens, prefilled in one step (they attend to each other), "
+            f"more than max_num_batched_tokens={GEMMA3_IMAGE_TOKENS - 1}")
+        assert not small.has_unfinished
+    finally:
+        small.shutdown()
