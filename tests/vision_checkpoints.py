@@ -126,12 +126,43 @@ class Greedy:
 def hf_vision_greedy(model_dir: Path, text: str, images: list[bytes], n: int) -> Greedy:
     """HF's n greedy tokens after the processor's prompt of `text` and `images`: full forwards, no
     cache, fp32, never stopping at EOS."""
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(model_dir)
-    model: Any = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     rgb = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
     encoded = dict(processor(text=[text], images=rgb or None, return_tensors="pt"))
+    return _greedy(model_dir, encoded, n)
+
+
+def hf_ids_greedy(model_dir: Path, ids: list[int], images: list[bytes], n: int) -> Greedy:
+    """HF's n greedy tokens after a prompt of ids whose placeholders were expanded token by token
+    (each into what the processor writes for it alone, as vLLM updates a token prompt)."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(model_dir)
+    rgb = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
+    expanded: list[int] = []
+    pixels = []
+    for token in ids:
+        if token != processor.image_token_id:
+            expanded.append(token)
+            continue
+        alone = processor(text=[processor.image_token], images=[rgb[len(pixels)]], return_tensors="pt",
+                          add_special_tokens=False)
+        expanded += [int(t) for t in alone["input_ids"][0]]
+        pixels.append(alone["pixel_values"])
+    tensor = torch.tensor([expanded])
+    encoded = {"input_ids": tensor, "attention_mask": torch.ones_like(tensor),
+               "pixel_values": torch.cat(pixels)}
+    if "token_type_ids" in processor.model_input_names:
+        encoded["token_type_ids"] = (tensor == processor.image_token_ids[0]).long()
+    return _greedy(model_dir, encoded, n)
+
+
+def _greedy(model_dir: Path, encoded: dict[str, Any], n: int) -> Greedy:
+    from transformers import AutoModelForImageTextToText
+
+    model: Any = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = encoded["input_ids"]
     prompt = [int(t) for t in ids[0]]
     out: list[int] = []
@@ -155,18 +186,20 @@ if __name__ == "__main__":  # python -m tests.vision_checkpoints OUT: the tiny L
     build_tiny_llava(resolve_model_dir(""), Path(sys.argv[1]))
 
 
-def engine_greedy(engine: Any, text: str, seeds: list[int], request_id: str, as_text: bool = True) -> Greedy:
+def engine_greedy(engine: Any, text: str | list[int], seeds: list[int], request_id: str,
+                  as_text: bool = True) -> Greedy:
     """The engine's greedy tokens (and their logprobs) for `text` with `picture(seed)` images, run alone
-    to its end: the prompt as tt_llm's text_input brings it (`as_text`), or as input_ids. Its
-    `prompt` is as long as the expanded prompt (the engine reports its length, not its ids)."""
+    to its end: the prompt as tt_llm's text_input brings it (`as_text`), or as input_ids (`text` may
+    be ids). Its `prompt` is as long as the expanded prompt (the engine reports its length)."""
     from tt_backend.sampling.params import SamplingParams
     from tt_backend.text.images import ImageLimits, decode_image
 
     outputs: list[Any] = []
-    ids = engine.tokenizer(text).input_ids
+    ids = text if isinstance(text, list) else engine.tokenizer(text).input_ids
     images = tuple(decode_image(picture(s), "image", ImageLimits()) for s in seeds)
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=0)
-    engine.add_request(request_id, ids, params, outputs.append, images, text if as_text else None)
+    engine.add_request(request_id, ids, params, outputs.append, images,
+                       text if as_text and isinstance(text, str) else None)
     while engine.has_unfinished:
         engine.step()
     last = outputs[-1]

@@ -19,6 +19,7 @@ from tests.vision_checkpoints import (
     assert_same,
     build_tiny_gemma3,
     engine_greedy,
+    hf_ids_greedy,
     hf_vision_greedy,
     picture,
 )
@@ -70,6 +71,21 @@ def test_greedy_tokens_equal_hf(engine: LLMEngine, gemma_dir: Path, text: str, s
     assert_same(engine_greedy(engine, text, seeds, f"g{seeds}"),
                 hf_vision_greedy(gemma_dir, text, [picture(s) for s in seeds], 8))
     assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
+
+
+def test_ids_that_are_not_their_texts_tokenization_expand_token_by_token(engine: LLMEngine,
+                                                                         gemma_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gemma_dir)
+    pieces = [tokenizer.encode(part, add_special_tokens=False) for part in ("user: hel", "lo\n", "What?")]
+    ids = pieces[0] + pieces[1] + [tokenizer.boi_token_id] + pieces[2]  # "hel" + "lo": "hello" retokenizes
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    assert tokenizer.encode(text, add_special_tokens=False) != ids
+    ref = hf_ids_greedy(gemma_dir, ids, [picture(7)], 8)
+    # boi -> \n\n, boi, the soft tokens, eoi, \n\n
+    assert len(ref.prompt) == len(ids) - 1 + 4 + GEMMA3_IMAGE_TOKENS
+    assert_same(engine_greedy(engine, ids, [7], "ids", as_text=False), ref)
 
 
 def test_a_chunk_stops_before_an_image_it_would_split(gemma_dir: Path) -> None:

@@ -6,10 +6,13 @@ A prompt marks each image with the processor's placeholder (`processor.image_tok
 `tt_llm` client writes it in `text_input` (or its id in `input_ids`), as vLLM takes it. A prompt
 that came as text is processed whole, text and images together, as HF does (the expansion may
 join the text around it into other tokens: Gemma 3's `\\n\\n` before the image merges with a
-newline before it); a prompt of ids is expanded placeholder by placeholder, each with what the
-processor writes for that placeholder alone. The encoder's inputs are the image processor's output
-for each image. Each run of feature tokens (`processor.image_token_ids`: LLaVA's `<image>` again,
-Gemma 3's `<image_soft_token>`) is the span its image's encoder output fills (`ImageSpan`).
+newline before it). So is a prompt of ids that is the tokenization of its own text (the OpenAI
+front's rendered chat template: decoded, it tokenizes back to the same ids), without special tokens
+added again; other ids are expanded placeholder by placeholder, each with what the processor
+writes for that placeholder alone (as vLLM updates a token prompt). The encoder's inputs are the
+image processor's output for each image. Each run of feature tokens (`processor.image_token_ids`:
+LLaVA's `<image>` again, Gemma 3's `<image_soft_token>`) is the span its image's encoder output
+fills (`ImageSpan`).
 """
 
 from __future__ import annotations
@@ -66,8 +69,11 @@ class ImagePrompts:
                 "(a chat request's image parts place theirs)")
         pictures = [image.rgb() for image in images]
         alone = [self._alone(picture) for picture in pictures]
+        special = text is not None
+        text = text if text is not None else self._text_of(prompt_ids)
         if text is not None:
-            encoded = self.processor(text=[text], images=pictures, return_tensors="pt")
+            encoded = self.processor(text=[text], images=pictures, return_tensors="pt",
+                                     add_special_tokens=special)
             ids = [int(t) for t in encoded["input_ids"][0]]
         else:
             ids = []
@@ -86,6 +92,12 @@ class ImagePrompts:
             assert mine[-1] - start == count - 1, "an image's tokens are one run"
             spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional))
         return ImagePrompt(ids, tuple(spans))
+
+    def _text_of(self, ids: Sequence[int]) -> str | None:
+        """The text `ids` are the tokenization of (without special tokens added), if any."""
+        tokenizer = self.processor.tokenizer
+        text: str = tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return text if tokenizer(text, add_special_tokens=False).input_ids == list(ids) else None
 
     def _alone(self, picture: Any) -> tuple[list[int], dict[str, Any]]:
         """What the processor writes for one placeholder with this image, and the encoder's inputs."""
