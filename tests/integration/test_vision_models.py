@@ -9,6 +9,7 @@ client example asks about an image both ways."""
 from __future__ import annotations
 
 import base64
+import io
 import socket
 import subprocess
 import sys
@@ -170,3 +171,23 @@ def test_the_client_example_asks_about_an_image_both_ways(served: Served, tmp_pa
     for text, out in asked:
         ref = hf_vision_greedy(served.model_dir, text, [picture(14)], 6).tokens
         assert out.stdout == tokenizer.decode(ref, skip_special_tokens=True) + "\n"
+
+
+def test_the_trtllm_ensemble_takes_image_urls_and_pixels(served: Served, tokenizer: Any) -> None:
+    from PIL import Image
+
+    prompt = served.family.prompt("What is in this picture?")
+    ref = hf_vision_greedy(served.model_dir, prompt, [picture(15)], 8).tokens
+    eos = tokenizer.eos_token_id
+    expected = tokenizer.decode(ref[:ref.index(eos) + 1] if eos in ref else ref, skip_special_tokens=True)
+    request = {"text_input": np.array([[prompt.encode()]], dtype=np.object_),
+               "max_tokens": np.array([[8]], dtype=np.int32), "exclude_input_in_output": np.array([[True]])}
+    url = b"data:image/png;base64," + base64.b64encode(picture(15))
+    # [1 prompt, 1 image, H, W, 3]
+    pixels = np.asarray(Image.open(io.BytesIO(picture(15))).convert("RGB"))[None, None]
+    for images in ({"image_url_input": np.array([[url]], dtype=np.object_)}, {"image_bytes_input": pixels}):
+        result = grpc_stream(served.server.grpc, "ensemble", {**request, **images})
+        assert result.error is None and result.text() == expected, (images.keys(), result.error)
+    bad = grpc_stream(served.server.grpc, "ensemble", {
+        **request, "image_url_input": np.array([[b"http://127.0.0.1:1/cat.png"]], dtype=np.object_)})
+    assert bad.error is not None and "image_url_input[0]: http: URLs are not fetched" in bad.error

@@ -28,7 +28,9 @@ from tt_backend.text.detokenizer import delta_text
 from tt_backend.text.tokenizer import check_prompt_bytes, encode_chat, load_tokenizer, max_token_bytes
 from tt_backend.triton.errors import exception_response
 from tt_backend.triton.model_params import model_parameters, setup_logging, tokenizer_model_option
+from tt_backend.triton.request_inputs import IMAGE_LIMITS
 from tt_backend.triton.response_builder import string_tensor
+from tt_backend.triton.trtllm_images import trtllm_images
 from tt_backend.triton.trtllm_inputs import parse_trtllm_request
 
 
@@ -95,9 +97,12 @@ class PreprocessingModel:
         flags = {"llm_stream": parsed.stream, "llm_exclude_input_in_output": parsed.exclude_input_in_output,
                  "llm_return_log_probs": parsed.return_log_probs,
                  "llm_return_num_tokens": True}  # always: the counts cost nothing
+        images = trtllm_images(inputs, IMAGE_LIMITS)  # checked here; none: an empty `image`
         # tt_llm's tensors, without a batch dimension (tt_llm is the vllm_backend-shaped model).
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("input_ids", np.array(self.encode(parsed.text), dtype=np.int32)),
+            pb_utils.Tensor("image", np.array([image.base64().encode("ascii") for image in images],
+                                              dtype=np.object_)),
             pb_utils.Tensor("sampling_parameters", string_tensor(parsed.sampling_parameters)),
             *(pb_utils.Tensor(name, np.array([value])) for name, value in flags.items())])
 

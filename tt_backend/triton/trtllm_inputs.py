@@ -40,6 +40,7 @@ _UNSUPPORTED_FLAGS = {
 WORDS = {"stop_words": "stop_words_list", "bad_words": "bad_words_list"}
 """Text form → ids form of the same words."""
 KNOWN_INPUTS = frozenset({"text_input", "beam_width", "num_return_sequences", "length_penalty",
+                          "image_url_input", "image_bytes_input",  # trtllm_images.py reads them
                           *SAMPLING_INPUTS, *FLAGS, *WORDS, *WORDS.values()})
 
 
