@@ -7,6 +7,7 @@ than a prefill step is refused."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,10 @@ from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.engine.engine import LLMEngine
+from tt_backend.engine.outputs import RequestOutput
 from tt_backend.models.loader import load_model
 from tt_backend.sampling.params import SamplingParams
+from tt_backend.text.images import ImageLimits, decode_image
 
 PROMPT = "<start_of_turn>user\nLook:\n<start_of_image>What is in this picture?<end_of_turn>\n" \
          "<start_of_turn>model\n"
@@ -128,3 +131,37 @@ def test_an_image_larger_than_a_prefill_step_is_refused(gemma_dir: Path) -> None
         assert not small.has_unfinished
     finally:
         small.shutdown()
+
+
+def test_preempted_image_requests_recompute_exactly_and_an_aborted_one_frees_its_blocks(
+        gemma_dir: Path) -> None:
+    # 8 blocks of 16 hold one request of ~80 tokens, not four: requests are preempted and their whole
+    # sequences, images and all, prefilled again (each image in one chunk); one more is aborted.
+    engine = build_engine(EngineConfig(model=str(gemma_dir), dtype="float32", max_model_len=128,
+                                       max_num_seqs=4, num_kv_blocks=8))
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+    outputs: dict[str, list[RequestOutput]] = {}
+    done = threading.Semaphore(0)
+
+    def collect(out: RequestOutput) -> None:
+        outputs.setdefault(out.request_id, []).append(out)
+        if out.finished:
+            done.release()
+        if out.request_id == "doomed" and len(outputs["doomed"]) == 2:
+            engine.abort("doomed")
+
+    engine.start()
+    try:
+        for name, seed in (("a", 21), ("b", 22), ("c", 23), ("doomed", 24)):
+            image = decode_image(picture(seed), "image", ImageLimits())
+            engine.add_request(name, engine.tokenizer(PROMPT).input_ids, params, collect, (image,), PROMPT)
+        for _ in range(4):
+            assert done.acquire(timeout=300)
+    finally:
+        engine.shutdown()
+    assert sum(lane.stats.preemptions for lane in engine.scheduler.lanes) >= 1
+    assert all(lane.pool.num_free == lane.pool.num_blocks for lane in engine.scheduler.lanes)
+    assert outputs["doomed"][-1].finish_reason == "abort"
+    for name, seed in (("a", 21), ("b", 22), ("c", 23)):
+        tokens = [t for out in outputs[name] for t in out.new_token_ids]
+        assert tokens == hf_vision_greedy(gemma_dir, PROMPT, [picture(seed)], 40).tokens, name

@@ -134,3 +134,16 @@ def test_checkpoint_names_of_every_form_load_as_ours() -> None:
     dropped = ["vision_tower.vision_model.post_layernorm.weight", "model.vision_tower.post_layernorm.bias"]
     state = {name: torch.zeros(1) for name in [*names, *dropped]}
     assert sorted(LlavaForConditionalGeneration.checkpoint_names(state)) == sorted(set(names.values()))
+
+
+def test_the_default_dtype_serves_images_on_the_packed_linears(llava_dir: Path) -> None:
+    # bf16 where the CPU has the kernels for it: the vision tower's and projector's linears are the
+    # kernels' too. The first token (the prefill's, image included) is HF fp32's, its logprob close.
+    default = build_engine(EngineConfig(model=str(llava_dir), max_model_len=256, max_num_seqs=2))
+    try:
+        ours = engine_greedy(default, PROMPT, [1], "default")
+    finally:
+        default.shutdown()
+    ref = hf_vision_greedy(llava_dir, PROMPT, [picture(1)], 8)
+    assert len(ours.tokens) == 8 and ours.tokens[0] == ref.tokens[0]
+    assert abs(ours.logprobs[0] - ref.logprobs[0]) < 0.1

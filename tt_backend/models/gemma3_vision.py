@@ -87,10 +87,9 @@ class Gemma3ForConditionalGeneration(nn.Module):
     def encode_image(self, pixels: object) -> torch.Tensor:
         """[mm_tokens_per_image, text hidden]: one image's features, from its processor's output."""
         assert isinstance(pixels, dict), "the processor's output for one image"
-        weight = self.multi_modal_projector.mm_input_projection_weight
-        features = self.multi_modal_projector(self.vision_tower(pixels["pixel_values"].to(weight.device)))
-        dtype = self.language_model.model.embed_tokens.weight.dtype
-        return features.reshape(-1, features.shape[-1]).to(dtype)
+        table = self.language_model.model.embed_tokens.weight  # where and in what the text model computes
+        features = self.multi_modal_projector(self.vision_tower(pixels["pixel_values"].to(table.device)))
+        return features.reshape(-1, features.shape[-1]).to(table.dtype)
 
     def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self.language_model(batch, kv_cache)

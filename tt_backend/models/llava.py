@@ -111,14 +111,12 @@ class LlavaForConditionalGeneration(nn.Module, NativeKernelModel):
         """[placeholder tokens, text hidden]: one image's projected features, from its processor's
         output (`pixel_values` [1, 3, H, W])."""
         assert isinstance(pixels, dict), "the processor's output for one image"
-        values = pixels["pixel_values"]
-        weight = self.multi_modal_projector.linear_2.weight
-        states = self.vision_tower.hidden_states(values.to(weight.device), self.feature_layers)
+        table = self.language_model.model.embed_tokens.weight  # where and in what the text model computes
+        states = self.vision_tower.hidden_states(pixels["pixel_values"].to(table.device), self.feature_layers)
         if self.drop_class_token:
             states = [s[:, 1:] for s in states]
         features = self.multi_modal_projector(torch.cat(states, dim=-1))
-        dtype = self.language_model.model.embed_tokens.weight.dtype
-        return features.reshape(-1, features.shape[-1]).to(dtype)
+        return features.reshape(-1, features.shape[-1]).to(table.dtype)
 
     def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = self.language_model(batch, kv_cache)
