@@ -11,9 +11,8 @@ other both ways (HF's mask from `token_type_ids`: causal, or within the same ima
 within their window as well: `ForwardBatch.image_ends`, so a prefill chunk holds an image whole
 (`ImageSpan.bidirectional`); decode is the text model's own.
 
-Checkpoints name the parts `language_model.model.*` (or `model.language_model.*`),
-`vision_tower.vision_model.*` (or `vision_tower.*`, `model.vision_tower.*`) and
-`multi_modal_projector.*`; the head is tied to the embeddings in the released models.
+Checkpoints in either of transformers' namings load (models/vision_language.py); the head is tied
+to the embeddings in the released models.
 """
 
 from __future__ import annotations
@@ -23,12 +22,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.models.capabilities import TORCH_GEMMA3_VISION
 from tt_backend.models.gemma3 import Gemma3ForCausalLM, GemmaRMSNorm
-from tt_backend.models.llava import rename
 from tt_backend.models.siglip_vision import SiglipVisionTower
-from tt_backend.models.spec import ModelSpec
+from tt_backend.models.vision_language import VisionLanguageModel
 
 
 class Gemma3Projector(nn.Module):
@@ -53,11 +50,13 @@ class Gemma3Projector(nn.Module):
         return torch.matmul(self.mm_soft_emb_norm(pooled), self.mm_input_projection_weight).type_as(patches)
 
 
-class Gemma3ForConditionalGeneration(nn.Module):
+class Gemma3ForConditionalGeneration(VisionLanguageModel):
     capabilities = TORCH_GEMMA3_VISION
+    unread = ("vision_tower.head.",)
+    """SigLIP's attention-pooling head (Gemma 3 reads the last hidden state)."""
 
     def __init__(self, hf: dict[str, Any]) -> None:
-        super().__init__()
+        super().__init__(hf)
         vision = hf["vision_config"]
         if vision.get("model_type", "siglip_vision_model") != "siglip_vision_model":
             raise ValueError(f"vision_config.model_type={vision.get('model_type')!r} is not supported in "
@@ -68,29 +67,9 @@ class Gemma3ForConditionalGeneration(nn.Module):
         self.vision_tower = SiglipVisionTower(vision)
         self.multi_modal_projector = Gemma3Projector(hf)
 
-    @classmethod
-    def from_hf_config(cls, hf: dict[str, Any]) -> Gemma3ForConditionalGeneration:
-        return cls(hf)
-
-    tied_weights = ("language_model.lm_head.weight", "language_model.model.embed_tokens.weight")
-
-    @staticmethod
-    def checkpoint_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Every form of the checkpoint's names as ours; SigLIP's pooling head is dropped."""
-        return {name: value for name, value in rename(state).items()
-                if not name.startswith("vision_tower.head.")}
-
-    @property
-    def spec(self) -> ModelSpec:
-        return self.language_model.spec
-
     def encode_image(self, pixels: object) -> torch.Tensor:
         """[mm_tokens_per_image, text hidden]: one image's features, from its processor's output."""
         assert isinstance(pixels, dict), "the processor's output for one image"
-        table = self.language_model.model.embed_tokens.weight  # where and in what the text model computes
+        table = self.embedding_table
         features = self.multi_modal_projector(self.vision_tower(pixels["pixel_values"].to(table.device)))
         return features.reshape(-1, features.shape[-1]).to(table.dtype)
-
-    def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.language_model(batch, kv_cache)
-        return logits

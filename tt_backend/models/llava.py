@@ -9,10 +9,7 @@ feature), and the text model runs as it does for text, over the same paged KV ca
 runs once per image in the prefill that reaches its placeholders (runtime/image_embeds.py), and
 decode steps are the text model's own.
 
-Checkpoints name the parts `language_model.model.*`, `language_model.lm_head.*`, `vision_tower.*`
-(`vision_tower.vision_model.*` in llava-hf's) and `multi_modal_projector.*`, or, as transformers 5
-holds them in memory, `model.language_model.*`, `model.vision_tower.*`,
-`model.multi_modal_projector.*` and `lm_head.*`: both load (`checkpoint_names`).
+Checkpoints in either of transformers' namings load (models/vision_language.py).
 """
 
 from __future__ import annotations
@@ -22,34 +19,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.devices.cpu.kernels import CpuKernels
 from tt_backend.models.capabilities import TORCH_LLAVA
 from tt_backend.models.clip_vision import ClipVisionTower, activation
 from tt_backend.models.llama import LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM
 from tt_backend.models.llama_ops import NativeKernelModel
-from tt_backend.models.spec import ModelSpec
+from tt_backend.models.vision_language import VisionLanguageModel
 
 TEXT_MODELS: dict[str, type[LlamaForCausalLM]] = {
     "llama": LlamaForCausalLM, "mistral": MistralForCausalLM, "qwen2": Qwen2ForCausalLM}
 """text_config.model_type → our text model."""
-_RENAMES = (("model.language_model.", "language_model.model."), ("model.vision_tower.", "vision_tower."),
-            ("model.multi_modal_projector.", "multi_modal_projector."),
-            ("lm_head.", "language_model.lm_head."), ("vision_tower.vision_model.", "vision_tower."))
-
-
-def rename(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A vision-language checkpoint's names (either form) as our modules': `language_model.model.*`,
-    `language_model.lm_head.*`, `vision_tower.*`, `multi_modal_projector.*`."""
-    out: dict[str, torch.Tensor] = {}
-    for name, value in state.items():
-        for old, new in _RENAMES:  # in order: model.vision_tower.vision_model.x → vision_tower.x
-            if name.startswith(old):
-                name = new + name[len(old):]
-        out[name] = value
-    return out
-
-
 class LlavaProjector(nn.Module):
     def __init__(self, vision_dim: int, text_dim: int, act: str, bias: bool) -> None:
         super().__init__()
@@ -61,11 +40,13 @@ class LlavaProjector(nn.Module):
         return self.linear_2(self.act(self.linear_1(x)))
 
 
-class LlavaForConditionalGeneration(nn.Module, NativeKernelModel):
+class LlavaForConditionalGeneration(VisionLanguageModel, NativeKernelModel):
     capabilities = TORCH_LLAVA
+    unread = ("vision_tower.post_layernorm.", "vision_tower.embeddings.position_ids")
+    """CLIP's pooled output's LayerNorm (LLaVA reads hidden states before it)."""
 
     def __init__(self, hf: dict[str, Any]) -> None:
-        super().__init__()
+        super().__init__(hf)
         text, vision = hf["text_config"], hf["vision_config"]
         kind = text.get("model_type", "llama")
         if kind not in TEXT_MODELS:
@@ -87,23 +68,6 @@ class LlavaForConditionalGeneration(nn.Module, NativeKernelModel):
             vision["hidden_size"] * len(self.feature_layers), text["hidden_size"],
             hf.get("projector_hidden_act", "gelu"), bool(hf.get("multimodal_projector_bias", True)))
 
-    @classmethod
-    def from_hf_config(cls, hf: dict[str, Any]) -> LlavaForConditionalGeneration:
-        return cls(hf)
-
-    tied_weights = ("language_model.lm_head.weight", "language_model.model.embed_tokens.weight")
-    """(the head, the embedding it shares when the text model ties them)."""
-
-    @staticmethod
-    def checkpoint_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Every form of the checkpoint's names as ours; the tower's post-LayerNorm is dropped."""
-        unread = ("vision_tower.post_layernorm.", "vision_tower.embeddings.position_ids")
-        return {name: value for name, value in rename(state).items() if not name.startswith(unread)}
-
-    @property
-    def spec(self) -> ModelSpec:
-        return self.language_model.spec
-
     def use_native_kernels(self, kernels: CpuKernels) -> None:
         self.language_model.use_native_kernels(kernels)
 
@@ -111,13 +75,9 @@ class LlavaForConditionalGeneration(nn.Module, NativeKernelModel):
         """[placeholder tokens, text hidden]: one image's projected features, from its processor's
         output (`pixel_values` [1, 3, H, W])."""
         assert isinstance(pixels, dict), "the processor's output for one image"
-        table = self.language_model.model.embed_tokens.weight  # where and in what the text model computes
+        table = self.embedding_table
         states = self.vision_tower.hidden_states(pixels["pixel_values"].to(table.device), self.feature_layers)
         if self.drop_class_token:
             states = [s[:, 1:] for s in states]
         features = self.multi_modal_projector(torch.cat(states, dim=-1))
         return features.reshape(-1, features.shape[-1]).to(table.dtype)
-
-    def forward(self, batch: ForwardBatch, kv_cache: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.language_model(batch, kv_cache)
-        return logits
