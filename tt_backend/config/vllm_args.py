@@ -177,8 +177,11 @@ VLLM_ARGS: dict[str, Rule] = {
     "rope_scaling": Refused(_AS_IS, (None, {})),
     "rope_theta": Refused(_AS_IS, (None,)),
     "hf_overrides": Refused(_AS_IS, (None, {})),
-    "limit_mm_per_prompt": Refused("the models served here take text only", (None, {})),
-    "mm_processor_kwargs": Refused("the models served here take text only", (None, {})),
+    "limit_mm_per_prompt": Refused("tt_llm takes up to 4 images a request; the OpenAI front's "
+                                   "--limit-mm-per-prompt sets the front's limit", (None, {})),
+    "mm_processor_kwargs": Refused("a vision model's HF processor runs with the options its checkpoint "
+                                   "saves (processor_config.json); change them in a copy of the checkpoint",
+                                   (None, {})),
     "kv_transfer_config": Refused("no disaggregated prefill or KV transfer", (None,)),
     "enable_expert_parallel": Refused("no expert parallelism; the mesh shape sets parallelism", (False,)),
     "disable_sliding_window": Refused("a sliding window applies as the model's config.json declares",
