@@ -43,8 +43,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 FINISH_REASONS = (None, "stop", "length", "tool_calls")
 PARSE_PROBLEMS = ("nests too deeply", "not valid json", "not valid unicode", "lone surrogate",
-                  "too long to parse")
-"""Errors of a JSON parser, which cannot know the field whose value broke it: they name the problem."""
+                  "too long to parse", "bytes) exceeds")
+"""Errors of a JSON parser, which cannot know the field whose value broke it: they name the problem.
+The last is the front's body cap (--max-body-bytes, a 413): a body over it is refused unread, whichever
+field made it that long (a hostile `echo` of 400,000 escaped emoji did)."""
 
 
 @dataclass(frozen=True)
