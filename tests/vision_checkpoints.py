@@ -104,6 +104,23 @@ def _randomize(model: Any, seed: int) -> None:
                     else scale * torch.randn(p.shape, generator=gen))
 
 
+def encoders(model_dir: Path) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """(our model loaded in fp32, its encode_image of seeded random 32x32 pixel values, HF's
+    get_image_features of the same pixels as rows [tokens, hidden])."""
+    from transformers import AutoModelForImageTextToText
+
+    from tt_backend.devices.cpu.compute_plan import ComputePlan
+    from tt_backend.models.loader import load_model
+
+    ours = load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
+    hf: Any = AutoModelForImageTextToText.from_pretrained(model_dir, dtype=torch.float32).eval()
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = hf.model.get_image_features(pixel_values=pixels).pooler_output
+    ref = torch.cat(list(ref)) if isinstance(ref, list | tuple) else ref.reshape(-1, ref.shape[-1])
+    return ours, ours.module.encode_image({"pixel_values": pixels}), ref
+
+
 def picture(seed: int, size: tuple[int, int] = (40, 30)) -> bytes:
     """A PNG of random pixels (different seeds: different pictures)."""
     gen = torch.Generator().manual_seed(seed)

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.vision_checkpoints import (
     GEMMA3_IMAGE_TOKENS,
     assert_same,
     build_tiny_gemma3,
+    encoders,
     engine_greedy,
     hf_ids_greedy,
     hf_vision_greedy,
@@ -26,10 +26,8 @@ from tests.vision_checkpoints import (
 )
 from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
-from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.engine.outputs import RequestOutput
-from tt_backend.models.loader import load_model
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.text.images import ImageLimits, decode_image
 
@@ -37,7 +35,6 @@ PROMPT = "<start_of_turn>user\nLook:\n<start_of_image>What is in this picture?<e
          "<start_of_turn>model\n"
 TWO = "<start_of_turn>user\n<start_of_image> and <start_of_image>: which is brighter?<end_of_turn>\n" \
       "<start_of_turn>model\n"
-GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +45,8 @@ def gemma_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path
 
 
 def test_the_encoder_gives_hf_image_features(gemma_dir: Path) -> None:
-    from transformers import Gemma3ForConditionalGeneration as HFGemma3
-
-    ours = load_model(gemma_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
+    ours, mine, ref = encoders(gemma_dir)
     assert ours.architecture == "Gemma3ForConditionalGeneration" and ours.capabilities.bidirectional_images
-    hf: Any = HFGemma3.from_pretrained(gemma_dir, dtype=torch.float32).eval()
-    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        ref = hf.model.get_image_features(pixel_values=pixels).pooler_output.reshape(-1, 64)
-    mine = ours.module.encode_image({"pixel_values": pixels})
     assert mine.shape == (GEMMA3_IMAGE_TOKENS, 64)
     assert (mine - ref).abs().max().item() < 1e-5
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -17,16 +16,15 @@ from tests.vision_checkpoints import (
     IMAGE_TOKENS,
     assert_same,
     build_tiny_llava,
+    encoders,
     engine_greedy,
     hf_vision_greedy,
     picture,
 )
 from tt_backend.assembly import build_engine
 from tt_backend.config import EngineConfig
-from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.engine.engine import LLMEngine
 from tt_backend.models.llava import LlavaForConditionalGeneration
-from tt_backend.models.loader import load_model
 from tt_backend.sampling.params import SamplingParams
 from tt_backend.text.images import ImageInput, ImageLimits, decode_image
 
@@ -48,16 +46,8 @@ def image(seed: int) -> ImageInput:
 
 
 def test_the_encoder_gives_hf_image_features(llava_dir: Path) -> None:
-    from transformers import LlavaForConditionalGeneration as HFLlava
-
-    ours = load_model(llava_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
+    ours, mine, ref = encoders(llava_dir)
     assert ours.architecture == "LlavaForConditionalGeneration" and ours.capabilities.takes_images
-    hf: Any = HFLlava.from_pretrained(llava_dir, dtype=torch.float32).eval()
-    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(3))
-    with torch.no_grad():
-        ref = hf.model.get_image_features(pixel_values=pixels).pooler_output
-    ref = torch.cat(list(ref)) if isinstance(ref, list | tuple) else ref.reshape(-1, ref.shape[-1])
-    mine = ours.module.encode_image({"pixel_values": pixels})
     assert mine.shape == (IMAGE_TOKENS, 64)
     assert (mine - ref).abs().max().item() < 1e-5
 

@@ -29,9 +29,9 @@ class ForwardBatch:
     its image ends at; 0 elsewhere. A model that reads it lets such a token see the keys of its own
     image after it."""
 
-    def embed(self, table: torch.nn.Embedding) -> torch.Tensor:
-        """The rows' input embeddings: the token embeddings, with `embeds` in place where given."""
-        x: torch.Tensor = table(self.input_ids)
+    def with_images(self, x: torch.Tensor) -> torch.Tensor:
+        """The rows' input embeddings `x` [B, T, hidden] (the model's token embeddings, scaled as it
+        scales them), with `embeds` in their place where `embed_mask` is set."""
         if self.embeds is None or self.embed_mask is None:
             return x
         return torch.where(self.embed_mask, self.embeds.to(x.dtype), x)

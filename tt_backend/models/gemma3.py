@@ -168,9 +168,7 @@ class Gemma3ForCausalLM(nn.Module):
         last slot is the padding sink.
         """
         x = self.model.embed_tokens(batch.input_ids)
-        x = x * self.model.embed_scale.to(x.dtype)
-        if batch.embeds is not None and batch.embed_mask is not None:  # image features: not scaled (HF's)
-            x = torch.where(batch.embed_mask, batch.embeds.to(x.dtype), x)
+        x = batch.with_images(x * self.model.embed_scale.to(x.dtype))  # image features unscaled, as HF's
         ropes, masks = self._per_layer_kind(batch, kv_cache.shape[3], x.dtype)
         for i, (layer, sliding) in enumerate(zip(self.model.layers, self.config.sliding, strict=True)):
             x = layer(x, ropes[sliding], kv_cache[i], batch, masks[sliding])

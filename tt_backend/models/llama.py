@@ -213,7 +213,7 @@ class LlamaForCausalLM(nn.Module, NativeKernelModel):
         kv_cache: [layers, 2, num_blocks, block_size, kv_heads, head_dim], written in place; its
         last slot is the padding sink.
         """
-        x = batch.embed(self.model.embed_tokens)
+        x = batch.with_images(self.model.embed_tokens(batch.input_ids))
         rope = self.model.rotary(batch.positions, x.dtype)
         in_place = batch.decode and self.ops.attends_decode_in_place
         mask = None if in_place else additive_mask(batch, batch.block_tables.shape[1] * kv_cache.shape[3],

@@ -180,7 +180,7 @@ class TracedExecutor:
     def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         calls = self.eager.prepare(plan, sampling)
-        if any(call.inputs.embeds is not None for call in calls):  # refused at build (trace_mode=all)
+        if any(call.inputs.embeds is not None for call in calls):  # ModelRunner runs these steps eagerly
             raise RuntimeError("a traced step replays token inputs only; a prefill with images runs eagerly")
         self.traces.preflight(call.shape for call in calls)  # before any call writes KV
         outputs = [self.traces.replay(call.shape, call.inputs, call.sampling, feedback) for call in calls]
