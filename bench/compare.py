@@ -119,7 +119,8 @@ def decode_bytes_per_token(level: str, context: int) -> tuple[float, str]:
     linear = layers * per_layer + hidden * vocab
     kv = layers * 2 * kv_heads * head_dim * context
     size = {torch.bfloat16: 2, torch.float32: 4, torch.float16: 2}
-    if plan.quantized:  # every tensor but the norms is a linear weight (the embedding: the tied LM head)
+    if plan.quantized or plan.decode_blocks:  # every tensor but the norms is a linear weight (the
+        # embedding: the tied LM head); decode_blocks reads the blocks at c=1 (the bf16 copy beyond 2 rows)
         tensors = gguf.GGUFReader(default_gguf_path()).tensors
         weights = sum(int(t.n_bytes) for t in tensors if "norm" not in t.name)
         held = f"the GGUF's blocks ({', '.join(sorted({t.tensor_type.name for t in tensors} - {'F32'}))})"

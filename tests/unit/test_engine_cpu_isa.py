@@ -17,7 +17,7 @@ from tt_backend.config import EngineConfig
 from tt_backend.contract.step import PlannedRow
 from tt_backend.devices.cpu.compute_plan import BF16_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
-from tt_backend.models.loader import load_model
+from tt_backend.models.loader import LoadedModel, load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
 from tt_backend.sampling.params import SamplingParams
 
@@ -90,11 +90,17 @@ def test_each_level_in_bf16_follows_hf_fp32_within_bf16_precision(level: str, mo
     within half a logit of the bf16 maximum (4 bf16 steps at the logits' size, ~25) and no logit is
     off by more than 1.5. Greedy bf16 tokens themselves are not compared: the first token of this
     answer wins by 0.08 in fp32, less than one bf16 step."""
+    ours = load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "bfloat16", level, "native"))
+    follows_hf_fp32_within_bf16(ours, model_dir, chat_ids(CHAT_PROMPTS[0]), hf_greedy, level)
+
+
+def follows_hf_fp32_within_bf16(ours: LoadedModel, model_dir: Path, prompt: list[int], hf_greedy: Any,
+                                label: str) -> None:
+    """The bf16 model `ours` prefills `prompt`, then decodes HF's fp32 greedy answer one row a step:
+    HF's token is within half a logit of the maximum and no logit is off HF's by 1.5 or more."""
     from transformers import AutoModelForCausalLM
 
-    ours = load_model(model_dir, ComputePlan.resolve(torch.device("cpu"), "bfloat16", level, "native"))
     cfg = ours.spec
-    prompt = chat_ids(CHAT_PROMPTS[0])
     answer = hf_greedy(tuple(prompt), MAX_TOKENS)
     kv = torch.zeros(cfg.num_layers, 2, 8, BLOCK, cfg.num_kv_heads, cfg.head_dim, dtype=torch.bfloat16)
     hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -103,8 +109,8 @@ def test_each_level_in_bf16_follows_hf_fp32_within_bf16_precision(level: str, mo
         logits = ours.module(prepare_host_inputs([PlannedRow(tuple(prompt), 0, BLOCKS, True)], BLOCK), kv)[0]
         for token in answer:
             want = hf(torch.tensor([tokens])).logits[0, -1]
-            assert logits[token] >= logits.max() - 0.5, (level, len(tokens))
-            assert (logits - want).abs().max() < 1.5, (level, len(tokens))
+            assert logits[token] >= logits.max() - 0.5, (label, len(tokens))
+            assert (logits - want).abs().max() < 1.5, (label, len(tokens))
             tokens.append(token)
             step = [PlannedRow((token,), len(tokens) - 1, BLOCKS, True)]
             logits = ours.module(prepare_host_inputs(step, BLOCK), kv)[0]

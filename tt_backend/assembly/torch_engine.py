@@ -50,7 +50,7 @@ def _build(config: EngineConfig) -> LLMEngine:
                                quant_activations=config.quant_activations)
     # The blocks are read (~the file's size) only when the plan keeps them, not when it widens or
     # quantizes at load (weight_dtype=q8_0 / q4_0 requantize the loaded weights instead).
-    keeps_file_blocks = plan.quantized and plan.quantize_to is None
+    keeps_file_blocks = plan.reads_file_blocks
     quantized = GgufLinears.read(gguf) if gguf is not None and keeps_file_blocks else None
     if keeps_file_blocks and not (quantized and quantized.tensors):  # a GGUF without quantized linears
         plan = ComputePlan.resolve(device, config.dtype, config.cpu_isa, config.cpu_kernels,

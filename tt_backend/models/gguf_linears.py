@@ -145,7 +145,7 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
     dense: list[str] = []
     for name, child in list(module.named_modules()):
         weight = _weight_for(name, child, tensors)
-        if weight is None:
+        if weight is None or (plan.decode_blocks and isinstance(child, nn.Embedding)):  # a lookup: one row
             continue
         assert isinstance(child, nn.Linear | nn.Embedding)
         layer = _quantized(child, weight, kernels, plan, exact)
@@ -159,10 +159,14 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
     lines = [f"  {count} x {what}" for what, count in sorted(kept.items())]
     if plan.int8_activations:
         linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
+    elif plan.decode_blocks:
+        linear = f"{ns}::blocks_or_packed_linear (blocks streamed up to {_stream_rows(module)} rows, " \
+                 "oneDNN prepacked bf16 beyond)"
     else:
         linear = f"{ns}::quant_linear (blocks streamed up to {_stream_rows(module)} rows, dequantized in " \
                  "bands for torch's fp32 GEMM beyond)"
-    lines.append(f"  kernels: linear {linear}; embedding rows dequantized on lookup")
+    embedding = "embedding dense" if plan.decode_blocks else "embedding rows dequantized on lookup"
+    lines.append(f"  kernels: linear {linear}; {embedding}")
     if dense:
         lines.append(f"  kept dense (the blocks did not dequantize to the loaded weight): {', '.join(dense)}")
     return lines
@@ -194,7 +198,10 @@ def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels
     if isinstance(child, nn.Embedding):
         return QuantizedEmbedding(weight, plan.activations, kernels)
     bias = child.bias.detach() if isinstance(child, nn.Linear) and child.bias is not None else None
-    return QuantizedLinear(weight, bias, kernels, plan.int8_activations)
+    packed = None
+    if plan.decode_blocks:  # the bf16 weight oneDNN serves larger calls with, beside the blocks
+        packed = torch.ops.mkldnn._reorder_linear_weight(loaded.to(torch.bfloat16))
+    return QuantizedLinear(weight, bias, kernels, plan.int8_activations, packed)
 
 
 def _generic(name: str) -> str:

@@ -41,7 +41,7 @@ def read_hf_config(model_dir: Path) -> dict[str, Any]:
 def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | None = None,
                quantized: GgufLinears | None = None) -> LoadedModel:
     """The checkpoint's registered implementation with its weights, laid out as `plan` says;
-    `registry` None: the builtin torch implementations only. `quantized` (with `plan.quantized`):
+    `registry` None: the builtin torch implementations only. `quantized` (with `plan.reads_file_blocks`):
     the GGUF's blocks that the linear layers they match compute on; `plan.quantize_to`: the linear
     layers are quantized to it at load instead."""
     hf_config = read_hf_config(model_dir)
@@ -63,7 +63,7 @@ def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | Non
     select_kernels(module, plan)
     if plan.quantize_to is not None:
         logger.info("%s", "\n".join(quantize_at_load(module, plan, model_dir.name)))
-    elif plan.quantized and quantized is not None:
+    elif plan.reads_file_blocks and quantized is not None:
         logger.info("%s", "\n".join(use_quantized_layers(module, quantized, plan)))
     convert_linears(module, plan)
     return LoadedModel(module, spec, entry.arch, cls.capabilities)  # type: ignore[attr-defined]

@@ -20,7 +20,9 @@ dequantized weights); `bfloat16` / `float32` widen them on load, as for any chec
 them unless the dense plan would run bf16 activations on oneDNN / AMX (dtype=auto at avx512_bf16 and
 amx, or dtype=bfloat16): there the widened bf16 GEMM serves batched decode faster (measured on a
 Zen 5 with AMX-class bf16: c=32 at 0.48x with the blocks, c=1 at 1.32x; `bench/weight_dtype.py`),
-while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measured.
+while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measured. Where that bf16
+plan runs on oneDNN's prepacked kernels (not AMX tiles), `auto` keeps both (`decode_blocks`): the
+blocks for calls of up to 2 rows, the prepacked bf16 weight beyond (+96 MB for the default model).
 `q8_0` / `q4_0` quantize any checkpoint's linear layers at load (`devices/cpu/quantize.py`,
 `models/quantize_at_load.py`) and serve them as `quantized` serves a GGUF's; they need the native
 kernels on the CPU and refuse anything else.
@@ -42,7 +44,7 @@ import torch
 
 from tt_backend.devices.cpu.isa import CpuCapabilities, IsaLevel, probe
 from tt_backend.devices.cpu.kernels import CpuKernels, KernelsUnavailable, load_kernels
-from tt_backend.devices.cpu.quant import QuantFormat
+from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, QuantFormat
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,10 @@ class ComputePlan:
     """weight_dtype=q8_0 / q4_0: the format the linear layers are quantized to at load (`quantized`)."""
     int8_activations: bool = False
     """quant_activations=int8: the layers on blocks take int8 inputs (`quant_linear_q8`)."""
+    decode_blocks: bool = False
+    """A bf16 plan on oneDNN's prepacked kernels (`onednn_packed`) with a GGUF under weight_dtype=auto:
+    its quantized layers keep the blocks for calls of up to `quant.DECODE_BLOCK_ROWS` rows beside the
+    prepacked bf16 weight for larger ones (`blocks_or_packed_linear`)."""
 
     @classmethod
     def resolve(cls, device: torch.device, dtype: str = "auto", cpu_isa: str = "auto",
@@ -134,8 +140,11 @@ class ComputePlan:
             act, weights = torch.float32, torch.bfloat16 if kernels is not None else torch.float32
         if weight_dtype in DTYPES and kernels is not None or weight_dtype == "float32":
             weights = DTYPES[weight_dtype]
-        return cls(device, act, weights, _linear_path(level, act, weights, kernels), level, kernels,
-                   cpu_kernels == "native", quantized, quantize_to, int8)
+        linear = _linear_path(level, act, weights, kernels)
+        decode_blocks = weight_dtype == "auto" and quantized_checkpoint and kernels is not None \
+            and not quantized and linear == "onednn_packed"
+        return cls(device, act, weights, linear, level, kernels, cpu_kernels == "native", quantized,
+                   quantize_to, int8, decode_blocks)
 
     @staticmethod
     def may_keep_blocks(device: torch.device, weight_dtype: str) -> bool:
@@ -143,11 +152,19 @@ class ComputePlan:
         return device.type == "cpu" and weight_dtype in ("auto", "quantized")
 
     @property
+    def reads_file_blocks(self) -> bool:
+        """The GGUF's blocks are read at load: kept (`quantized`, not quantized at load) or kept for
+        decode beside the bf16 weights (`decode_blocks`)."""
+        return (self.quantized and self.quantize_to is None) or self.decode_blocks
+
+    @property
     def dtype_name(self) -> str:
         names = {v: k for k, v in DTYPES.items()}
         act, w = names[self.activations], names[self.weights]
         if self.quantized:
             return f"{act} (linear weights: {self._blocks})"
+        if self.decode_blocks:
+            return f"{act} (linear weights: the GGUF's quantized blocks for decode, {w} beyond)"
         return act if act == w else f"{act} (linear weights {w})"
 
     @property
@@ -171,6 +188,9 @@ class ComputePlan:
         if self.quantized:
             op = "quant_linear_q8 (int8 inputs)" if self.int8_activations else "quant_linear"
             linear = f"{ns}{op} on {self._blocks} (listed per layer at load); others: {linear}"
+        elif self.decode_blocks:
+            linear = f"{ns}blocks_or_packed_linear: the GGUF's quantized blocks up to {DECODE_BLOCK_ROWS} " \
+                     f"rows, oneDNN prepacked bf16 beyond (listed per layer at load); others: {linear}"
         return {
             "linear layers and LM head": linear,
             "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",

@@ -16,7 +16,8 @@ library per instruction-set level (`isa.py`).
   `devices/cpu/linears.py` uses that.
 - csrc/quant_linear.cpp: `quant_linear`, fp32 (or bf16) activations times a weight held as GGUF blocks
   (Q8_0, Q4_0, Q4_1, and the K-quants Q4_K, Q5_K, Q6_K read from csrc/quant_k.h, which it includes;
-  `devices/cpu/quant.py`), and `dequantize_blocks`, the blocks as fp32.
+  `devices/cpu/quant.py`), `dequantize_blocks`, the blocks as fp32, and `blocks_or_packed_linear`, the
+  blocks up to a row count and oneDNN's bf16 kernel on a prepacked copy beyond (csrc/onednn_linear.h).
 - csrc/quant_linear_q8.cpp: `quant_linear_q8`, the same layer with int8 activations (llama.cpp's
   scheme: integer dot products per block), and `quantize_q8`, the activations it computes on.
 
@@ -50,7 +51,7 @@ SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC /
            CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp"]
 OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "wide_linear",
        "tile_linear", "linear", "quant_linear", "dequantize_blocks",
-       "quant_linear_q8", "quantize_q8")
+       "quant_linear_q8", "quantize_q8", "blocks_or_packed_linear")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
 # -fno-trapping-math changes no value; without it GCC vectorises no loop that compares floats (the
 # portable SiLU ran 9x slower than torch's).
@@ -135,6 +136,15 @@ class CpuKernels:
         uint8 blocks [N, K / 32 * block bytes] of format `fmt` (`quant.FORMAT_IDS`): streamed from
         the blocks up to `small_rows` rows, dequantized band by band into torch's fp32 GEMM beyond."""
         out: torch.Tensor = self.ops.quant_linear(x, blocks, fmt, in_features, bias, small_rows)
+        return out
+
+    def blocks_or_packed_linear(self, x: torch.Tensor, blocks: torch.Tensor, fmt: int, in_features: int,
+                                packed: torch.Tensor, bias: torch.Tensor | None,
+                                small_rows: int) -> torch.Tensor:
+        """`quant_linear` on the blocks for at most `small_rows` rows, oneDNN's bf16 kernel on `packed`
+        (the same weight widened to bf16, `mkldnn._reorder_linear_weight`) beyond; `bias` in x's dtype."""
+        out: torch.Tensor = self.ops.blocks_or_packed_linear(x, blocks, fmt, in_features, packed, bias,
+                                                             small_rows)
         return out
 
     def quant_linear_q8(self, x: torch.Tensor, blocks: torch.Tensor, fmt: int, in_features: int,

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "numerics.h"
+#include "onednn_linear.h"
 #include "ops_library.h"
 #include "quant_k.h"
 
@@ -75,39 +76,58 @@ inline void dequant_block(const uint8_t* b, float* w) {
 constexpr int64_t kLanes = 16;
 constexpr int64_t kMaxRows = 4;  // 16 sums + 8 weights + 2 inputs in 32 registers
 
-// Weights 0-15 and 16-31 of one block.
+// The 16 (Q4_0, Q4_1) or 32 (Q5_0, Q5_1: lo for quants 0-15, hi for 16-31) weights a block's quants can
+// stand for, lane q holding quant q's: (q - o) * d, or q * d + m. q * d is exact in fp32 (4 or 5 bits by
+// d's 11), so the fused multiply-add rounds once, where the plain multiply and add do: the same bits.
+template <int64_t F>
+inline void block_table(const uint8_t* b, __m512& lo, __m512& hi) {
+  constexpr bool has_m = F == kQ4_1 || F == kQ5_1;
+  uint32_t bits = 0;  // d, then m in the high half
+  std::memcpy(&bits, b, has_m ? 4 : 2);
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+  const __m512 d = _mm512_broadcastss_ps(dm);
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  if constexpr (has_m) {
+    const __m512 m = _mm512_broadcastss_ps(_mm_movehdup_ps(dm));
+    lo = _mm512_fmadd_ps(q, d, m);
+    if constexpr (is_q5(F)) hi = _mm512_fmadd_ps(_mm512_add_ps(q, _mm512_set1_ps(16)), d, m);
+  } else {
+    constexpr float o = F == kQ4_0 ? 8 : 16;
+    lo = _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(o)), d);
+    if constexpr (is_q5(F)) hi = _mm512_mul_ps(_mm512_add_ps(q, _mm512_set1_ps(16 - o)), d);
+  }
+}
+
+// Weights 0-15 and 16-31 of one block. The 4- and 5-bit formats look each weight up in block_table by
+// its quant (vpermps reads an index lane's low 4 bits, vpermt2ps its low 5): no integer-to-float
+// conversion, multiply or add per weight.
 template <int64_t F>
 inline void dequant_pair(const uint8_t* b, __m512& lo, __m512& hi) {
   if constexpr (F == kF32) {
     lo = _mm512_loadu_ps(reinterpret_cast<const float*>(b));
     hi = _mm512_loadu_ps(reinterpret_cast<const float*>(b) + 16);
-    return;
-  }
-  if constexpr (is_q5(F)) {  // the scalar dequantization, through L1 (not yet vectorised at this level)
-    alignas(64) float w[kQk];
-    dequant_block<F>(b, w);
-    lo = _mm512_load_ps(w);
-    hi = _mm512_load_ps(w + 16);
-    return;
-  }
-  const __m512 d = _mm512_set1_ps(half_at(b));
-  if constexpr (F == kQ8_0) {
+  } else if constexpr (F == kQ8_0) {
+    const __m512 d = _mm512_set1_ps(half_at(b));
     const __m128i* q = reinterpret_cast<const __m128i*>(b + 2);
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), d);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + 1))), d);
   } else {
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (F == kQ4_0 ? 2 : 4))));
-    __m512i ql = _mm512_and_si512(q, _mm512_set1_epi32(15)), qh = _mm512_srli_epi32(q, 4);
-    if constexpr (F == kQ4_0) {
-      ql = _mm512_sub_epi32(ql, _mm512_set1_epi32(8));
-      qh = _mm512_sub_epi32(qh, _mm512_set1_epi32(8));
-    }
-    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(ql), d);
-    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(qh), d);
-    if constexpr (F == kQ4_1) {
-      const __m512 m = _mm512_set1_ps(half_at(b + 2));
-      lo = _mm512_add_ps(lo, m);
-      hi = _mm512_add_ps(hi, m);
+    constexpr int64_t at = F == kQ4_0 ? 2 : F == kQ4_1 ? 4 : F == kQ5_0 ? 6 : 8;  // the nibbles
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + at)));
+    __m512 t0, t1;
+    block_table<F>(b, t0, t1);
+    if constexpr (is_q5(F)) {  // bit j of qh: weight j's fifth bit, index bit 4
+      uint32_t qh;
+      std::memcpy(&qh, b + at - 4, sizeof(qh));
+      const __m512i sixteen = _mm512_set1_epi32(16);
+      const __m512i ql = _mm512_and_si512(q, _mm512_set1_epi32(15)), qh4 = _mm512_srli_epi32(q, 4);
+      const __m512i il = _mm512_mask_or_epi32(ql, static_cast<__mmask16>(qh), ql, sixteen);
+      const __m512i ih = _mm512_mask_or_epi32(qh4, static_cast<__mmask16>(qh >> 16), qh4, sixteen);
+      lo = _mm512_permutex2var_ps(t0, il, t1);
+      hi = _mm512_permutex2var_ps(t0, ih, t1);
+    } else {
+      lo = _mm512_permutexvar_ps(q, t0);
+      hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), t0);
     }
   }
 }
@@ -413,9 +433,22 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t f
   return y.view(sizes).to(x.scalar_type());
 }
 
+// A bf16 plan's layer that keeps both forms of its weight: the blocks for calls of at most `small_rows`
+// rows (decode steps read 96 MB a token for the default model, not the 269 MB of bf16), oneDNN's bf16
+// kernel on the prepacked dense weight beyond (prefill and large decode batches, where the blocks'
+// kernel is compute-bound). `bias`: in x's dtype, as oneDNN takes it.
+at::Tensor blocks_or_packed_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format, int64_t K,
+                                   const at::Tensor& packed, const std::optional<at::Tensor>& bias,
+                                   int64_t small_rows) {
+  if (x.numel() <= small_rows * K) return quant_linear(x, blocks, format, K, bias, small_rows);
+  return tt_kernels::onednn_packed_linear(x, packed, bias);
+}
+
 }  // namespace
 
 TT_LIBRARY_FRAGMENT(m) {
+  m.def("blocks_or_packed_linear(Tensor x, Tensor blocks, int format, int in_features, Tensor packed, "
+        "Tensor? bias, int small_rows) -> Tensor");
   m.def("quant_linear(Tensor x, Tensor blocks, int format, int in_features, Tensor? bias, int small_rows) -> Tensor");
   m.def("dequantize_blocks(Tensor blocks, int format, int in_features) -> Tensor");
 }
@@ -423,4 +456,8 @@ TT_LIBRARY_FRAGMENT(m) {
 TT_LIBRARY_IMPL(CPU, m) {
   m.impl("quant_linear", &quant_linear);
   m.impl("dequantize_blocks", &dequantize_blocks);
+  m.impl("blocks_or_packed_linear", &blocks_or_packed_linear);
 }
+
+// oneDNN's prepacked weight is an opaque MkldnnCPU tensor, which makes the call dispatch there.
+TT_LIBRARY_IMPL(MkldnnCPU, m) { m.impl("blocks_or_packed_linear", &blocks_or_packed_linear); }

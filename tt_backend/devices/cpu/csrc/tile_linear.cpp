@@ -13,7 +13,7 @@
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/core/dispatch/Dispatcher.h>
+#include "onednn_linear.h"
 #include "ops_library.h"
 
 #include <algorithm>
@@ -158,19 +158,11 @@ at::Tensor tile_linear(const at::Tensor& x, const at::Tensor& tiles, const std::
   return y;
 }
 
-// The tile kernel for at most `small_rows` rows, oneDNN's kernel on its prepacked weight
-// (`mkldnn::_linear_pointwise`) beyond. Deciding here rather than in a scripted Python branch saved
-// about 0.8 ms of a 13 ms one-row decode step: the branch cost five interpreted ops per layer call.
+// The tile kernel for at most `small_rows` rows, oneDNN's kernel on its prepacked weight beyond.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& packed,
                   const std::optional<at::Tensor>& bias, int64_t small_rows) {
   if (x.numel() <= small_rows * x.size(-1)) return tile_linear(x, tiles, bias);
-  static const auto onednn =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                            c10::string_view, c10::List<std::optional<at::Scalar>>,
-                            std::optional<c10::string_view>)>();
-  return onednn.call(x, packed, bias, "none", c10::List<std::optional<at::Scalar>>(), "");
+  return tt_kernels::onednn_packed_linear(x, packed, bias);
 }
 
 }  // namespace

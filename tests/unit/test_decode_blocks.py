@@ -1,0 +1,117 @@
+"""A bf16 plan on oneDNN's prepacked kernels with a GGUF under weight_dtype=auto (`decode_blocks`):
+each quantized layer keeps its blocks for calls of up to DECODE_BLOCK_ROWS rows and the prepacked bf16
+weight beyond (`blocks_or_packed_linear`). Needs oneDNN's bf16 kernels, so a CPU with AVX-512."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from tests.conftest import CHAT_PROMPTS
+from tests.unit.test_engine_cpu_isa import follows_hf_fp32_within_bf16
+from tests.unit.test_quant_linear import random_blocks
+from tt_backend.devices.cpu.compute_plan import PREPACK_LEVELS, ComputePlan
+from tt_backend.devices.cpu.isa import probe
+from tt_backend.devices.cpu.kernels import load_kernels
+from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear
+from tt_backend.models.gguf_linears import GgufLinears, gguf_source
+from tt_backend.models.loader import load_model
+
+PREPACKED = [level for level in probe().levels if level in PREPACK_LEVELS and level != "amx"]
+pytestmark = [
+    pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                       reason="no C++ compiler: the native kernels cannot be built here"),
+    pytest.mark.skipif(not PREPACKED or not torch.backends.mkldnn.is_available(),
+                       reason="oneDNN's bf16 prepacked kernels need AVX-512, which this CPU lacks"),
+]
+CPU = torch.device("cpu")
+
+
+def plan_at(level: str, **kw: Any) -> ComputePlan:
+    """The plan at `level` with bf16 activations (auto where the level has bf16 hardware)."""
+    dtype = "auto" if level == "avx512_bf16" else "bfloat16"
+    return ComputePlan.resolve(CPU, dtype, level, **kw)
+
+
+@pytest.mark.parametrize("level", PREPACKED)
+def test_the_plan_keeps_decode_blocks_only_for_a_gguf_under_auto_on_onednn(level: str) -> None:
+    plan = plan_at(level, quantized_checkpoint=True)
+    assert (plan.decode_blocks, plan.quantized, plan.linear, plan.activations) == \
+        (True, False, "onednn_packed", torch.bfloat16)
+    assert plan.reads_file_blocks
+    assert "blocks_or_packed_linear" in plan.op_paths()["linear layers and LM head"]
+    assert "for decode" in plan.dtype_name
+    assert not plan_at(level).decode_blocks  # no GGUF
+    assert not plan_at(level, quantized_checkpoint=True, weight_dtype="bfloat16").decode_blocks
+    assert not plan_at(level, quantized_checkpoint=True, cpu_kernels="torch").decode_blocks
+    kept = plan_at(level, quantized_checkpoint=True, weight_dtype="quantized")
+    assert (kept.decode_blocks, kept.quantized) == (False, True)
+
+
+@pytest.mark.parametrize("level", PREPACKED)
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+def test_small_calls_read_the_blocks_and_larger_ones_the_prepacked_weight(level: str, fmt: Any) -> None:
+    """Bit for bit: up to DECODE_BLOCK_ROWS rows the layer is quant_linear on the blocks, beyond it is
+    oneDNN's kernel on the bf16 weight (with the bias in bf16 either way)."""
+    kernels = load_kernels(level)  # type: ignore[arg-type]
+    w = random_blocks(fmt, 96, 256, seed=3)
+    dense = w.dequantize()
+    bias = torch.randn(96)
+    packed = torch.ops.mkldnn._reorder_linear_weight(dense.bfloat16())
+    layer = QuantizedLinear(w, bias, kernels, packed=packed)
+    b16 = bias.bfloat16()
+    for rows in (1, DECODE_BLOCK_ROWS, DECODE_BLOCK_ROWS + 1, 17):
+        x = torch.randn(rows, 256).bfloat16()
+        y = layer(x)
+        if rows <= DECODE_BLOCK_ROWS:
+            want = kernels.quant_linear(x, w.blocks, FORMAT_IDS[fmt], 256, b16, 32)
+        else:
+            want = torch.ops.mkldnn._linear_pointwise(x, packed, b16, "none", [], "")
+        assert y.dtype == torch.bfloat16 and torch.equal(y, want), rows
+        scale = x.float().abs() @ dense.abs().T + b16.float().abs()  # bf16 weights and output: 2^-9 each
+        assert ((y.float() - (x.float() @ dense.T + b16.float())).abs() <= 2 ** -7 * scale).all(), rows
+
+
+@pytest.fixture(scope="module")
+def hybrid(model_dir: Path) -> tuple[Any, str]:
+    """The default GGUF loaded as the default plan at the best prepacked level, and the load's log."""
+    gguf = gguf_source("")
+    assert gguf is not None
+    plan = plan_at(PREPACKED[-1], quantized_checkpoint=True)
+    log = logging.getLogger("tt_backend.models.loader")
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    log.addHandler(handler)
+    old_level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        loaded = load_model(model_dir, plan, quantized=GgufLinears.read(gguf))
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(old_level)
+    return loaded, "\n".join(records)
+
+
+def test_every_linear_layer_holds_both_forms_and_the_embedding_stays_dense(hybrid: tuple[Any, str]) -> None:
+    loaded, log = hybrid
+    layers = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]
+    assert len(layers) == 121
+    assert all(m.packed is not None and m.small_rows == DECODE_BLOCK_ROWS for m in layers)
+    assert type(loaded.module.get_submodule("model.embed_tokens")) is nn.Embedding
+    assert loaded.module.get_submodule("lm_head").format == "q8_0"
+    assert "30 x model.layers.*.mlp.gate_up_proj q4_1" in log and "blocks_or_packed_linear" in log
+    assert "embedding dense" in log and "kept dense" not in log
+
+
+def test_prefill_on_bf16_and_decode_on_the_blocks_follow_hf_fp32(hybrid: tuple[Any, str], model_dir: Path,
+                                                                  chat_ids: Any, hf_greedy: Any) -> None:
+    """The prompt goes through the prepacked bf16 weights, each decode step (one row) through the blocks:
+    within bf16 precision of HF fp32 at every step, as the dense bf16 plan is."""
+    follows_hf_fp32_within_bf16(hybrid[0], model_dir, chat_ids(CHAT_PROMPTS[0]), hf_greedy, "decode_blocks")
