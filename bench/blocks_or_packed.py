@@ -1,7 +1,8 @@
 """Where a bf16 plan's layers should stop reading a GGUF's blocks (`quant.DECODE_BLOCK_ROWS`): one
 transformer layer of the default model's shapes (q/k/v, o, gate/up, down in Q4_0 blocks) and its Q8_0
-LM head, `quant_linear` on the blocks against oneDNN's bf16 kernel on the prepacked widened weight, bf16
-inputs, at 1 to 64 rows. Median of `--repeats` calls per layer, summed over the layers. Needs AVX-512
+LM head, bf16 inputs at 1 to 64 rows: `quant_linear` on the blocks (exact fp32 weights), the blocks read as
+bf16 weights (`blocks_or_packed_linear`'s AVX512-BF16 path, up to 8 rows) and oneDNN's bf16 kernel on the
+prepacked widened weight. Median of `--repeats` calls per layer, summed over the layers. Needs AVX-512
 (oneDNN's bf16 prepack).
 
     .venv/bin/python bench/blocks_or_packed.py [--level avx512_bf16] [--threads 2]
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -52,16 +54,18 @@ def main() -> None:
         layers.append((q, torch.ops.mkldnn._reorder_linear_weight(q.dequantize().bfloat16())))
     print(f"level {args.level}, {args.threads} thread(s): one layer's linears and the LM head, ms")
     for m in (1, 2, 4, 8, 16, 32, 64):
-        blocks = packed = 0.0
+        blocks = bf16_blocks = packed = 0.0
         for q, w in layers:
             x = torch.randn(m, q.cols).bfloat16()
             fmt = FORMAT_IDS[q.format]
             on_blocks = functools.partial(kernels.quant_linear, x, q.blocks, fmt, q.cols, None, 64)
+            on_both = functools.partial(kernels.blocks_or_packed_linear, x, q.blocks, fmt, q.cols, w, None, 8)
             on_bf16 = functools.partial(torch.ops.mkldnn._linear_pointwise, x, w, None, "none", [], "")
             blocks += median_s(on_blocks, args.repeats)
+            bf16_blocks += median_s(on_both, args.repeats) if m <= 8 else math.nan
             packed += median_s(on_bf16, args.repeats)
-        print(f"  {m:3d} rows: blocks {blocks * 1e3:7.3f}  prepacked bf16 {packed * 1e3:7.3f}  "
-              f"blocks / bf16 time {blocks / packed:.2f}", flush=True)
+        print(f"  {m:3d} rows: fp32 blocks {blocks * 1e3:7.3f}  bf16 blocks {bf16_blocks * 1e3:7.3f}  "
+              f"prepacked bf16 {packed * 1e3:7.3f}", flush=True)
 
 
 if __name__ == "__main__":

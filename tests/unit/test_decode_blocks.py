@@ -15,11 +15,12 @@ from torch import nn
 
 from tests.conftest import CHAT_PROMPTS
 from tests.unit.test_engine_cpu_isa import follows_hf_fp32_within_bf16
+from tests.unit.test_quant_k import random_k_blocks
 from tests.unit.test_quant_linear import random_blocks
 from tt_backend.devices.cpu.compute_plan import PREPACK_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
-from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear
+from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear, QuantizedTensor
 from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
 
@@ -54,28 +55,57 @@ def test_the_plan_keeps_decode_blocks_only_for_a_gguf_under_auto_on_onednn(level
     assert (kept.decode_blocks, kept.quantized) == (False, True)
 
 
+def bf16_dots(level: str) -> bool:
+    """Whether the level's blocks_or_packed_linear reads the blocks as bf16 weights (AVX512-BF16)."""
+    return level in ("avx512_bf16", "amx")
+
+
 @pytest.mark.parametrize("level", PREPACKED)
-@pytest.mark.parametrize("fmt", ["q4_1", "q8_0"])
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k", "q6_k"])
 def test_small_calls_read_the_blocks_and_larger_ones_the_prepacked_weight(level: str, fmt: Any) -> None:
-    """Bit for bit: up to DECODE_BLOCK_ROWS rows the layer is quant_linear on the blocks, beyond it is
-    oneDNN's kernel on the bf16 weight (with the bias in bf16 either way)."""
+    """Beyond DECODE_BLOCK_ROWS rows the layer is oneDNN's kernel on the bf16 weight, bit for bit. Up to it,
+    it reads the blocks: with AVX512-BF16 as bf16 weights, each row as if alone and within fp32 rounding
+    of x @ bf16(W); without, it is quant_linear on the exact fp32 weights, bit for bit."""
     kernels = load_kernels(level)  # type: ignore[arg-type]
-    w = random_blocks(fmt, 96, 256, seed=3)
+    w = random_k_blocks(fmt, 96, 256, seed=3) if fmt.endswith("_k") else random_blocks(fmt, 96, 256, seed=3)
     dense = w.dequantize()
-    bias = torch.randn(96)
+    bias = torch.randn(96).bfloat16()
     packed = torch.ops.mkldnn._reorder_linear_weight(dense.bfloat16())
     layer = QuantizedLinear(w, bias, kernels, packed=packed)
-    b16 = bias.bfloat16()
-    for rows in (1, DECODE_BLOCK_ROWS, DECODE_BLOCK_ROWS + 1, 17):
+    for rows in (1, 3, DECODE_BLOCK_ROWS, DECODE_BLOCK_ROWS + 1, 17):
         x = torch.randn(rows, 256).bfloat16()
         y = layer(x)
-        if rows <= DECODE_BLOCK_ROWS:
-            want = kernels.quant_linear(x, w.blocks, FORMAT_IDS[fmt], 256, b16, 32)
+        assert y.dtype == torch.bfloat16 and y.shape == (rows, 96)
+        if rows > DECODE_BLOCK_ROWS:
+            assert torch.equal(y, torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")), rows
+        elif not bf16_dots(level):
+            assert torch.equal(y, kernels.quant_linear(x, w.blocks, FORMAT_IDS[fmt], 256, bias, 32)), rows
         else:
-            want = torch.ops.mkldnn._linear_pointwise(x, packed, b16, "none", [], "")
-        assert y.dtype == torch.bfloat16 and torch.equal(y, want), rows
-        scale = x.float().abs() @ dense.abs().T + b16.float().abs()  # bf16 weights and output: 2^-9 each
-        assert ((y.float() - (x.float() @ dense.T + b16.float())).abs() <= 2 ** -7 * scale).all(), rows
+            assert torch.equal(y, torch.cat([layer(x[r:r + 1]) for r in range(rows)])), rows
+            want = x.float() @ dense.bfloat16().float().T + bias.float()
+            scale = x.float().abs() @ dense.abs().T + bias.float().abs()
+            assert ((y.float() - want).abs() <= 2 ** -8 * want.abs() + 2 ** -16 * scale).all(), rows
+
+
+@pytest.mark.skipif(not any(bf16_dots(level) for level in PREPACKED), reason="no AVX512-BF16 on this CPU")
+def test_with_bf16_dots_the_blocks_are_the_prepacked_weights_values() -> None:
+    """Two inputs of 1 pick two weights: y = bf16(bf16(w_a) + bf16(w_b)) exactly, never bf16(w_a + w_b).
+    Q4_1 with d = 3 * 2^-9 and m = 1: weight 3 (quant 1) is 1 + 3 * 2^-9 and weight 20 (quant 2) is
+    1 + 3 * 2^-8, both more bits than bf16 holds, and the two roundings disagree."""
+    kernels = load_kernels("avx512_bf16")
+    d, m = torch.tensor([3 * 2.0 ** -9]).half(), torch.tensor([1.0]).half()
+    nibbles = torch.zeros(16, dtype=torch.uint8)
+    nibbles[3], nibbles[4] = 0x01, 0x20  # weight 3: byte 3's low nibble; weight 20: byte 4's high one
+    blocks = torch.cat([d.view(torch.uint8), m.view(torch.uint8), nibbles]).repeat(8, 1)
+    w = QuantizedTensor("q4_1", blocks.reshape(8, 20).contiguous(), 32)
+    dense = w.dequantize()
+    packed = torch.ops.mkldnn._reorder_linear_weight(dense.bfloat16())
+    layer = QuantizedLinear(w, None, kernels, packed=packed)
+    x = torch.zeros(1, 32, dtype=torch.bfloat16)
+    x[0, 3] = x[0, 20] = 1
+    want = (dense[:, 3].bfloat16().float() + dense[:, 20].bfloat16().float()).bfloat16()
+    assert not torch.equal(want, (dense[:, 3] + dense[:, 20]).bfloat16())  # the case tells them apart
+    assert torch.equal(layer(x)[0], want)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ amx, or dtype=bfloat16): there the widened bf16 GEMM serves batched decode faste
 Zen 5 with AMX-class bf16: c=32 at 0.48x with the blocks, c=1 at 1.32x; `bench/weight_dtype.py`),
 while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measured. Where that bf16
 plan runs on oneDNN's prepacked kernels (not AMX tiles), `auto` keeps both (`decode_blocks`): the
-blocks for calls of up to 2 rows, the prepacked bf16 weight beyond (+96 MB for the default model).
+blocks for calls of up to 8 rows (read as bf16 weights with AVX512-BF16: the prepacked weight's values),
+the prepacked bf16 weight beyond (+96 MB for the default model).
 `q8_0` / `q4_0` quantize any checkpoint's linear layers at load (`devices/cpu/quantize.py`,
 `models/quantize_at_load.py`) and serve them as `quantized` serves a GGUF's; they need the native
 kernels on the CPU and refuse anything else.

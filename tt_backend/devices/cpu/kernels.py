@@ -48,7 +48,8 @@ logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
-           CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp"]
+           CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp",
+           CSRC / "blocks_bf16_linear.cpp"]
 OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "wide_linear",
        "tile_linear", "linear", "quant_linear", "dequantize_blocks",
        "quant_linear_q8", "quantize_q8", "blocks_or_packed_linear")

@@ -160,11 +160,13 @@ def _dequantize_k(b: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
     return w.reshape(rows, n, QK_K)
 
 
-DECODE_BLOCK_ROWS = 2
+DECODE_BLOCK_ROWS = 8
 """Rows up to which a bf16 plan's layer that also keeps its prepacked bf16 weight (`packed`) reads the
-blocks. The default model's layer shapes (a layer's q/k/v, o, gate/up, down and the Q8_0 LM head, two
-threads, AMD Zen 4 avx512_bf16; ms blocks / oneDNN prepacked bf16): 1.07 / 1.48 at 1 row, 1.48 / 1.74
-at 2, 2.24 / 1.77 at 4, 5.81 / 2.45 at 8."""
+blocks: with AVX512-BF16, as bf16 weights on vdpbf16ps (csrc/blocks_bf16_linear.cpp). The default
+model's shapes (a layer's q/k/v, o, gate/up, down in Q4_0 and the Q8_0 LM head; two threads, AMD Zen 4;
+ms, bf16 blocks / oneDNN prepacked bf16, three runs): 1.18-1.47 / 1.78-3.0 at 1 row, 1.45-1.63 /
+2.44-2.64 at 2, 1.77-2.17 / 2.48-2.73 at 4, 2.56-2.65 / 2.58-2.82 at 8 (blocks from cache; in the model
+they stream from memory at a third of the bytes)."""
 
 
 class QuantizedLinear(nn.Module):
