@@ -142,8 +142,10 @@ class CpuKernels:
     def blocks_or_packed_linear(self, x: torch.Tensor, blocks: torch.Tensor, fmt: int, in_features: int,
                                 packed: torch.Tensor, bias: torch.Tensor | None,
                                 small_rows: int) -> torch.Tensor:
-        """`quant_linear` on the blocks for at most `small_rows` rows, oneDNN's bf16 kernel on `packed`
-        (the same weight widened to bf16, `mkldnn._reorder_linear_weight`) beyond; `bias` in x's dtype."""
+        """The blocks for at most `small_rows` rows (bf16 x with AVX512-BF16, up to 8 rows: the blocks
+        read as bf16 weights, csrc/blocks_bf16_linear.cpp; else `quant_linear` on the exact fp32
+        weights), oneDNN's bf16 kernel on `packed` (the same weight widened to bf16,
+        `mkldnn._reorder_linear_weight`) beyond; `bias` in x's dtype."""
         out: torch.Tensor = self.ops.blocks_or_packed_linear(x, blocks, fmt, in_features, packed, bias,
                                                              small_rows)
         return out
