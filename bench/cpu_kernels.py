@@ -4,7 +4,9 @@ Part 1: each op of a step at SmolLM2-135M's sizes, per level (`cpu_isa`) and for
 replaces: median ms. In-process torch's own kernels are not capped (they would be only in a process
 started with the caps, as `scripts/serve.sh` starts the server), so the torch column of a low level
 runs at the machine's best ISA. Decode attention: one layer (9 query heads, 3 kv heads, head size 64) over
-rows on random blocks of a 4096-block cache, against gather + SDPA. Linear layers: every linear
+rows on random blocks of a 4096-block cache, against gather + SDPA; prefill attention the same for 4
+fresh 500-token prompts where the level's dtype takes the native kernel (bf16 at avx512 and up), else
+the same gather + SDPA over the causal mask as the torch column. Linear layers: every linear
 of one step (30 layers of qkv, o, gate_up, down, and the 49152-row LM head) at 1 and 32 rows, on
 the path the level's `dtype=auto` takes (oneDNN prepacked bf16 at avx512 and up, `wide_linear`
 below) against torch's fp32 `F.linear`.
@@ -55,6 +57,29 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def prefill_attention(plan: ComputePlan, kv: torch.Tensor, g: torch.Generator) -> Callable[[], object]:
+    """One layer's attention of 4 fresh 500-token prompts: the native kernel where the model runs it
+    (`prefill_attention_fast`), else the model's torch path (gather + SDPA over the causal mask)."""
+    k, dtype = plan.kernels, plan.activations
+    rows, tokens = 4, 500
+    width = -(-tokens // BLOCK)
+    tables = torch.randperm(CACHE_BLOCKS, generator=g)[: rows * width].view(rows, width)
+    lens = torch.full((rows,), tokens)
+    positions = torch.arange(tokens).expand(rows, tokens).contiguous()
+    q = torch.randn(rows, tokens, HEADS, HEAD_DIM, generator=g).to(dtype)
+    if k is not None and k.prefill_attention_fast(dtype, HEADS, KV_HEADS, HEAD_DIM):
+        return lambda: k.paged_prefill_attention(q, kv, tables, lens, positions, 0, HEAD_DIM ** -0.5)
+    s = torch.arange(width * BLOCK)
+    mask = torch.zeros(rows, 1, tokens, width * BLOCK, dtype=dtype).masked_fill_(
+        s[None, None, None, :] > positions[:, None, :, None], float("-inf"))
+
+    def gathered() -> torch.Tensor:
+        keys, values = gather_kv(kv, tables)
+        return F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
+                                              enable_gqa=True)
+    return gathered
+
+
 def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
     """Median ms of each op at decode and prefill sizes; with no kernels in the plan, the torch ops."""
     k, dtype = plan.kernels, plan.activations
@@ -75,6 +100,7 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
             return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask,
                                                   enable_gqa=True)
         out["decode attention b8 x 256"] = median_ms(gathered, repeats)
+    out["prefill attention b4 x 500"] = median_ms(prefill_attention(plan, kv, g), max(5, repeats // 10))
     x, res = (torch.randn(784, HIDDEN, generator=g).to(dtype) for _ in range(2))
     norm = RMSNorm(HIDDEN, 1e-5).to(dtype)
     norm.ops = NativeOps(k) if k is not None else TorchOps()

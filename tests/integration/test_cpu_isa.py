@@ -65,7 +65,7 @@ def test_the_startup_log_shows_only_avx2_implementations(avx2_server: Server) ->
                                      "(listed per layer at load); others: tt_backend_avx2::wide_linear: "
                                      "bf16 weights streamed up to 64 rows, widened for the fp32 GEMM beyond",
         "decode attention": "native tt_backend_avx2::paged_decode_attention",
-        "prefill attention": "torch SDPA",
+        "prefill attention": "torch gather + SDPA",
         "rms_norm / add_rms_norm": "native tt_backend_avx2::rms_norm",
         "silu_and_mul": "native tt_backend_avx2::silu_and_mul",
         "rope_and_cache": "native tt_backend_avx2::rope_and_cache",

@@ -190,9 +190,11 @@ class LlamaForCausalLM(nn.Module, NativeKernelModel):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.ops = TorchOps()
 
-    def use_native_kernels(self, kernels: CpuKernels) -> None:
-        """Every block computes with `NativeOps(kernels)` (`llama_ops`) from now on."""
-        ops = NativeOps(kernels)
+    def use_native_kernels(self, kernels: CpuKernels, dtype: torch.dtype) -> None:
+        """Every block computes with `NativeOps` (`llama_ops`) from now on."""
+        c = self.config
+        fast_prefill = kernels.prefill_attention_fast(dtype, c.num_heads, c.num_kv_heads, c.head_dim)
+        ops = NativeOps(kernels, fast_prefill)
         for module in self.modules():
             if isinstance(module, RMSNorm | Attention | MLP | LlamaForCausalLM):
                 module.ops = ops
@@ -215,9 +217,8 @@ class LlamaForCausalLM(nn.Module, NativeKernelModel):
         """
         x = batch.with_images(self.model.embed_tokens(batch.input_ids))
         rope = self.model.rotary(batch.positions, x.dtype)
-        in_place = batch.decode and self.ops.attends_decode_in_place
-        mask = None if in_place else additive_mask(batch, batch.block_tables.shape[1] * kv_cache.shape[3],
-                                                   x.dtype, self.config.sliding_window)
+        mask = None if self.ops.attends_in_place(batch) else additive_mask(
+            batch, batch.block_tables.shape[1] * kv_cache.shape[3], x.dtype, self.config.sliding_window)
         residual: torch.Tensor | None = None
         for i, layer in enumerate(self.model.layers):
             x, residual = layer(x, residual, rope, kv_cache[i], batch, mask)

@@ -4,8 +4,9 @@ torch ops round. `NativeKernelModel` is a model that can switch to them; the loa
 when the compute plan has them.
 
 The native kernels replace: RMSNorm and the residual add fused into it, SiLU x up, RoPE with the
-K/V write, and decode attention read straight from the paged cache (no gather and no mask). What
-they do not cover (prefill attention, RoPE after a per-head q/k norm) is torch's in both.
+K/V write, decode attention read straight from the paged cache (no gather and no mask), and prefill
+attention the same way where the kernel's fast task runs (bf16 on AVX-512, `prefill_in_place`). What
+they do not cover (other prefill attention, RoPE after a per-head q/k norm) is torch's in both.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ class NativeKernelModel(ABC):
     """A model that can run on the native CPU kernels of one instruction-set level."""
 
     @abstractmethod
-    def use_native_kernels(self, kernels: CpuKernels) -> None:
-        """Compute with `kernels` from now on; called once, after the weights load and before any
-        step runs or is captured."""
+    def use_native_kernels(self, kernels: CpuKernels, dtype: torch.dtype) -> None:
+        """Compute with `kernels` from now on, on activations of `dtype`; called once, after the
+        weights load and before any step runs or is captured."""
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 class TorchOps:
     """The torch ops, on any device."""
 
-    attends_decode_in_place = False
-    """Whether decode attention reads the paged cache in place (then a decode step needs no mask)."""
+    def attends_in_place(self, batch: ForwardBatch) -> bool:
+        """Whether this step's attention reads the paged cache in place (then it needs no mask)."""
+        return False
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         # Normalise in fp32 and cast back before the weight, as HF Llama does (one fused op).
@@ -101,7 +103,11 @@ class NativeOps(TorchOps):
     """The native CPU kernels of one level, torch's ops where they have no kernel."""
 
     kernels: CpuKernels
-    attends_decode_in_place = True
+    prefill_in_place: bool = False
+    """Prefill attention through `paged_prefill_attention` too (else torch's SDPA over a mask)."""
+
+    def attends_in_place(self, batch: ForwardBatch) -> bool:
+        return batch.decode or self.prefill_in_place
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         return self.kernels.rms_norm(x, weight, eps)
@@ -126,10 +132,15 @@ class NativeOps(TorchOps):
 
     def attend(self, q: torch.Tensor, kv: torch.Tensor, batch: ForwardBatch, mask: torch.Tensor | None,
                window: int, scale: float) -> torch.Tensor:
-        """Without a mask (a decode step, T = 1) through the paged kernel; with one, as torch."""
+        """Without a mask through the paged kernels (decode: one token a row; prefill: T); with one,
+        as torch."""
         if mask is not None:
             return super().attend(q, kv, batch, mask, window, scale)
         B, T = q.shape[:2]
-        out = self.kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
-                                                  batch.positions[:, 0], window, scale)
+        if batch.decode:
+            out = self.kernels.paged_decode_attention(q[:, 0], kv, batch.block_tables, batch.context_lens,
+                                                      batch.positions[:, 0], window, scale)
+        else:
+            out = self.kernels.paged_prefill_attention(q, kv, batch.block_tables, batch.context_lens,
+                                                       batch.positions, window, scale)
         return out.reshape(B, T, -1)

@@ -68,8 +68,8 @@ class LlavaForConditionalGeneration(VisionLanguageModel, NativeKernelModel):
             vision["hidden_size"] * len(self.feature_layers), text["hidden_size"],
             hf.get("projector_hidden_act", "gelu"), bool(hf.get("multimodal_projector_bias", True)))
 
-    def use_native_kernels(self, kernels: CpuKernels) -> None:
-        self.language_model.use_native_kernels(kernels)
+    def use_native_kernels(self, kernels: CpuKernels, dtype: torch.dtype) -> None:
+        self.language_model.use_native_kernels(kernels, dtype)
 
     def encode_image(self, pixels: object) -> torch.Tensor:
         """[placeholder tokens, text hidden]: one image's projected features, from its processor's

@@ -79,5 +79,5 @@ def select_kernels(module: nn.Module, plan: ComputePlan) -> bool:
         return False
     if plan.kernels is None:
         return False
-    module.use_native_kernels(plan.kernels)
+    module.use_native_kernels(plan.kernels, plan.activations)
     return True

@@ -192,10 +192,14 @@ class ComputePlan:
         elif self.decode_blocks:
             linear = f"{ns}blocks_or_packed_linear: the GGUF's quantized blocks up to {DECODE_BLOCK_ROWS} " \
                      f"rows, oneDNN prepacked bf16 beyond (listed per layer at load); others: {linear}"
+        fast_prefill = self.kernels is not None and self.kernels.prefill_attention_fast(
+            self.activations, 9, 3, 64)  # (a geometry the fast task takes: the dtype and level decide)
         return {
             "linear layers and LM head": linear,
             "decode attention": f"{native}paged_decode_attention" if self.kernels else "torch gather + SDPA",
-            "prefill attention": "torch SDPA",
+            "prefill attention": f"{native}paged_prefill_attention where head_dim is 64 or 128 with up to 8 "
+                                 "query heads per kv head, else torch gather + SDPA"
+                                 if fast_prefill else "torch gather + SDPA",
             "rms_norm / add_rms_norm": f"{native}rms_norm" if self.kernels else "torch rms_norm",
             "silu_and_mul": f"{native}silu_and_mul" if self.kernels else "torch silu * up",
             "rope_and_cache": f"{native}rope_and_cache" if self.kernels else "torch rotate-half + index_copy",

@@ -1,9 +1,10 @@
 """Native CPU kernels of the torch device, built on first use with the system C++ compiler, one
 library per instruction-set level (`isa.py`).
 
-- `paged_decode_attention` (csrc/paged_decode_attention.cpp): attention of one query token per row
-  straight over the paged KV cache. The torch path gathers each row's blocks into a contiguous
-  copy and runs SDPA on it (`bench/cpu_kernels.py` compares the two).
+- csrc/paged_attention.cpp: `paged_decode_attention` (one query token per row) and
+  `paged_prefill_attention` (a prefill wave's tokens, each causal at its position) straight over the
+  paged KV cache. The torch path gathers each row's blocks into a contiguous copy and runs SDPA on it
+  with a mask (`bench/cpu_kernels.py` compares the two).
 - csrc/elementwise.cpp: `rms_norm`, `add_rms_norm` (the residual add fused into the next norm),
   `silu_and_mul` and `rope_and_cache` (RoPE of q and k with k and v stored in the cache). Each
   replaces several torch ops and rounds where they round.
@@ -47,10 +48,11 @@ from tt_backend.devices.cpu.isa import LEVEL_FLAGS, IsaLevel, probe
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = [CSRC / "paged_decode_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
+SOURCES = [CSRC / "paged_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
            CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp",
            CSRC / "blocks_bf16_linear.cpp"]
-OPS = ("paged_decode_attention", "rms_norm", "add_rms_norm", "silu_and_mul", "rope_and_cache", "wide_linear",
+OPS = ("paged_decode_attention", "paged_prefill_attention", "rms_norm", "add_rms_norm", "silu_and_mul",
+       "rope_and_cache", "wide_linear",
        "tile_linear", "linear", "quant_linear", "dequantize_blocks",
        "quant_linear_q8", "quantize_q8", "blocks_or_packed_linear")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
@@ -88,6 +90,24 @@ class CpuKernels:
         out: torch.Tensor = self.ops.paged_decode_attention(q, kv, block_tables, context_lens, positions,
                                                             window, scale)
         return out
+
+    def paged_prefill_attention(self, q: torch.Tensor, kv: torch.Tensor, block_tables: torch.Tensor,
+                                context_lens: torch.Tensor, positions: torch.Tensor, window: int,
+                                scale: float) -> torch.Tensor:
+        """q [B, T, H, D] at `positions` [B, T]; otherwise as `paged_decode_attention`, each token a
+        query of its own (padding tokens at position 0 see one key); returns [B, T, H, D]."""
+        out: torch.Tensor = self.ops.paged_prefill_attention(q, kv, block_tables, context_lens, positions,
+                                                             window, scale)
+        return out
+
+    def prefill_attention_fast(self, dtype: torch.dtype, num_heads: int, num_kv_heads: int,
+                               head_dim: int) -> bool:
+        """Whether `paged_prefill_attention` runs its AVX-512 bf16 task for this geometry. Only
+        then is it faster than torch's SDPA (1.4-2.8x at 100-2000 tokens, `bench/cpu_kernels.py`);
+        the portable task is slower than SDPA (0.2-0.9x), so prefill keeps SDPA elsewhere."""
+        return (self.level in ("avx512", "avx512_bf16", "amx") and dtype == torch.bfloat16
+                and head_dim in (64, 128) and num_heads % num_kv_heads == 0
+                and num_heads // num_kv_heads <= 8)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """weight * (x * rsqrt(mean(x^2) + eps)), normalised in fp32 and rounded before the weight."""

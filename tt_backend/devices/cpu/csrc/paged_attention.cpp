@@ -1,9 +1,10 @@
-// Decode attention straight over the paged KV cache, for the torch CPU device.
+// Attention straight over the paged KV cache, for the torch CPU device: decode (one query token per row)
+// and prefill (T query tokens per row, each causal over its row's context).
 //
-// One query token per row attends to its context where it lies in the cache: each (row, kv head) task
-// walks the row's block table, scores every key once, takes the softmax, and sums the values once. The
-// portable path in `models/llama.py` instead gathers every row's blocks into a contiguous copy and runs
-// SDPA on it, which reads and writes the context twice more.
+// Each (query token, kv head) task walks its row's block table, scores every visible key once, takes the
+// softmax, and sums the values once. The portable path in `models/llama.py` instead gathers every row's
+// blocks into a contiguous copy and runs SDPA on it with a mask, which reads and writes the context twice
+// more and, in prefill, scores every masked key as well.
 //
 // Two implementations of one task:
 // - `fast_task`: bf16 with AVX-512 (dot products of bf16 pairs: vdpbf16ps with AVX512-BF16, widened to
@@ -11,7 +12,9 @@
 //   head;
 // - `portable_task`: any other case (fp32, fp16, other shapes, other CPUs), written for the compiler's
 //   vectoriser.
-// Both accumulate in fp32 and write the output in the input dtype.
+// Both accumulate in fp32 and write the output in the input dtype. A prefill query token is the decode
+// task at its position: the same code and the same sums, so a token's result does not depend on the
+// other tokens of its step.
 #include <ATen/Functions.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -316,31 +319,38 @@ FastTask select_fast_task(int64_t G, int64_t D) {
 }
 #endif
 
+// Task k of n in an order that gives each thread's contiguous share as much work as the others': the
+// tasks of a prefill row grow with their position (a query sees the keys up to it), so consecutive
+// shares would leave the first thread the short ones. Alternates from both ends: 0, n-1, 1, n-2, ...
+inline int64_t balanced(int64_t k, int64_t n) { return k % 2 == 0 ? k / 2 : n - 1 - k / 2; }
+
+// q, out: [B, T, H, D]; positions: [B, T]; tables: [B, width]; lens: [B].
 template <typename T>
-void decode_attention(const T* q, const T* kcache, const T* vcache, const int64_t* tables, const int64_t* lens,
-                      const int64_t* positions, T* out, int64_t B, int64_t H, int64_t KVH, int64_t D,
-                      int64_t block_size, int64_t width, int64_t window, float scale) {
-  const int64_t G = H / KVH;
+void paged_attention_impl(const T* q, const T* kcache, const T* vcache, const int64_t* tables, const int64_t* lens,
+                          const int64_t* positions, T* out, int64_t B, int64_t QT, int64_t H, int64_t KVH,
+                          int64_t D, int64_t block_size, int64_t width, int64_t window, float scale) {
+  const int64_t G = H / KVH, n = B * QT * KVH;
 #ifdef TT_FAST_BF16
   FastTask fast = nullptr;
   if constexpr (std::is_same_v<T, uint16_t>) fast = select_fast_task(G, D);
 #endif
-  at::parallel_for(0, B * KVH, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> qf(G * D), acc(G * D), row(D), scores;
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t b = task / KVH, h = task % KVH;
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t task = QT > 1 ? balanced(k, n) : k;
+      const int64_t token = task / KVH, h = task % KVH, b = token / QT;
       // The query at position p sees keys [max(0, p - window + 1), min(context, p + 1)).
-      const int64_t pos = positions[b];
+      const int64_t pos = positions[token];
       const int64_t stop = std::min({lens[b], pos + 1, width * block_size});
       const int64_t first = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      T* o = out + (b * H + h * G) * D;
+      T* o = out + (token * H + h * G) * D;
       if (stop <= first) {  // a padding row: no keys
         std::fill(o, o + G * D, from_float<T>(0.f));
         continue;
       }
       scores.resize(G * (stop - first));
-      const Task<T> t{q + (b * H + h * G) * D, kcache + h * D, vcache + h * D, tables + b * width, first, stop,
-                      block_size, block_size * KVH * D, KVH * D, scale, D * static_cast<int64_t>(sizeof(T)),
+      const Task<T> t{q + (token * H + h * G) * D, kcache + h * D, vcache + h * D, tables + b * width, first,
+                      stop, block_size, block_size * KVH * D, KVH * D, scale, D * static_cast<int64_t>(sizeof(T)),
                       scores.data(), o};
 #ifdef TT_FAST_BF16
       if constexpr (std::is_same_v<T, uint16_t>) {
@@ -355,40 +365,59 @@ void decode_attention(const T* q, const T* kcache, const T* vcache, const int64_
   });
 }
 
-// q: [B, H, D]; kv: [2, num_blocks, block_size, KVH, D] (one layer); block_tables: [B, W];
-// context_lens, positions: [B]; window: sliding window, 0 for none. Returns [B, H, D].
-at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& block_tables,
-                                  const at::Tensor& context_lens, const at::Tensor& positions, int64_t window,
-                                  double scale) {
-  TORCH_CHECK(q.dim() == 3 && kv.dim() == 5 && block_tables.dim() == 2 && kv.size(0) == 2,
-              "paged_decode_attention: expected q [B, H, D], kv [2, blocks, block_size, kv_heads, D] and "
-              "block_tables [B, W]");
-  TORCH_CHECK(q.scalar_type() == kv.scalar_type(), "paged_decode_attention: q and kv dtypes differ");
-  TORCH_CHECK(kv.is_contiguous(), "paged_decode_attention: the KV cache must be contiguous");
+// q: [B, T, H, D] at positions [B, T]; kv: [2, num_blocks, block_size, KVH, D] (one layer); block_tables:
+// [B, W]; context_lens: [B]; window: sliding window, 0 for none. Returns [B, T, H, D].
+at::Tensor paged_attention(const char* name, const at::Tensor& q, const at::Tensor& kv,
+                           const at::Tensor& block_tables, const at::Tensor& context_lens,
+                           const at::Tensor& positions, int64_t window, double scale) {
+  TORCH_CHECK(q.dim() == 4 && kv.dim() == 5 && block_tables.dim() == 2 && kv.size(0) == 2, name,
+              ": expected kv [2, blocks, block_size, kv_heads, D] and block_tables [B, W]");
+  TORCH_CHECK(q.scalar_type() == kv.scalar_type(), name, ": q and kv dtypes differ");
+  TORCH_CHECK(kv.is_contiguous(), name, ": the KV cache must be contiguous");
   const auto qc = q.contiguous();
   const auto tables = block_tables.to(at::kLong).clamp_min(0).contiguous();
   const auto lens = context_lens.to(at::kLong).contiguous();
   const auto pos = positions.to(at::kLong).contiguous();
   auto out = at::empty_like(qc);
-  const int64_t B = qc.size(0), H = qc.size(1), D = qc.size(2);
+  const int64_t B = qc.size(0), QT = qc.size(1), H = qc.size(2), D = qc.size(3);
   const int64_t NB = kv.size(1), BS = kv.size(2), KVH = kv.size(3), W = tables.size(1);
-  TORCH_CHECK(H % KVH == 0 && kv.size(4) == D, "paged_decode_attention: head shapes do not match");
-  TORCH_CHECK(lens.size(0) == B && pos.size(0) == B && tables.size(0) == B,
-              "paged_decode_attention: batch sizes do not match");
+  TORCH_CHECK(H % KVH == 0 && kv.size(4) == D, name, ": head shapes do not match");
+  TORCH_CHECK(lens.size(0) == B && pos.numel() == B * QT && tables.size(0) == B, name,
+              ": batch sizes do not match");
   auto run = [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const T* k = static_cast<const T*>(kv.data_ptr());
-    decode_attention<T>(static_cast<const T*>(qc.data_ptr()), k, k + NB * BS * KVH * D, tables.data_ptr<int64_t>(),
-                        lens.data_ptr<int64_t>(), pos.data_ptr<int64_t>(), static_cast<T*>(out.data_ptr()), B, H,
-                        KVH, D, BS, W, window, static_cast<float>(scale));
+    paged_attention_impl<T>(static_cast<const T*>(qc.data_ptr()), k, k + NB * BS * KVH * D,
+                            tables.data_ptr<int64_t>(), lens.data_ptr<int64_t>(), pos.data_ptr<int64_t>(),
+                            static_cast<T*>(out.data_ptr()), B, QT, H, KVH, D, BS, W, window,
+                            static_cast<float>(scale));
   };
   switch (qc.scalar_type()) {
     case at::kBFloat16: run(static_cast<uint16_t*>(nullptr)); break;
     case at::kHalf: run(static_cast<c10::Half*>(nullptr)); break;
     case at::kFloat: run(static_cast<float*>(nullptr)); break;
-    default: TORCH_CHECK(false, "paged_decode_attention: unsupported dtype ", qc.scalar_type());
+    default: TORCH_CHECK(false, name, ": unsupported dtype ", qc.scalar_type());
   }
   return out;
+}
+
+// q: [B, H, D] at positions [B] (one query token per row); returns [B, H, D].
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& block_tables,
+                                  const at::Tensor& context_lens, const at::Tensor& positions, int64_t window,
+                                  double scale) {
+  TORCH_CHECK(q.dim() == 3, "paged_decode_attention: expected q [B, H, D]");
+  return paged_attention("paged_decode_attention", q.unsqueeze(1), kv, block_tables, context_lens,
+                         positions.reshape({-1, 1}), window, scale)
+      .squeeze(1);
+}
+
+// q: [B, T, H, D] at positions [B, T] (a prefill wave); returns [B, T, H, D].
+at::Tensor paged_prefill_attention(const at::Tensor& q, const at::Tensor& kv, const at::Tensor& block_tables,
+                                   const at::Tensor& context_lens, const at::Tensor& positions, int64_t window,
+                                   double scale) {
+  TORCH_CHECK(q.dim() == 4 && positions.dim() == 2, "paged_prefill_attention: expected q [B, T, H, D] and "
+              "positions [B, T]");
+  return paged_attention("paged_prefill_attention", q, kv, block_tables, context_lens, positions, window, scale);
 }
 
 }  // namespace
@@ -396,6 +425,11 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv, con
 TT_LIBRARY(m) {
   m.def("paged_decode_attention(Tensor q, Tensor kv, Tensor block_tables, Tensor context_lens, Tensor positions, "
         "int window, float scale) -> Tensor");
+  m.def("paged_prefill_attention(Tensor q, Tensor kv, Tensor block_tables, Tensor context_lens, "
+        "Tensor positions, int window, float scale) -> Tensor");
 }
 
-TT_LIBRARY_IMPL(CPU, m) { m.impl("paged_decode_attention", &paged_decode_attention); }
+TT_LIBRARY_IMPL(CPU, m) {
+  m.impl("paged_decode_attention", &paged_decode_attention);
+  m.impl("paged_prefill_attention", &paged_prefill_attention);
+}
