@@ -30,6 +30,7 @@ def test_parameters_parse_by_field_type() -> None:
     ({"num_speculative_tokens": "4"}, "speculative decoding"),
     ({"max_num_seqs": "64", "max_num_batched_tokens": "32"}, "a full decode step would not fit"),
     ({"decode_steps_between_prefills": "-1"}, "decode_steps_between_prefills must be >= 0"),
+    ({"max_prefill_tokens": "0"}, "max_prefill_tokens must be >= 1, got 0"),
     ({"cpu_kernels": "fast"}, "cpu_kernels='fast' is not one of auto, native, torch"),
     ({"builtin_models": "maybe"}, "builtin_models='maybe' is not a boolean"),
     ({"disable_batched_prefill": "2"}, "disable_batched_prefill='2' is not a boolean"),

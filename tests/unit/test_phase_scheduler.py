@@ -8,10 +8,11 @@ from tt_backend.scheduler.scheduled_step import SchedulerConfig
 
 
 def make(num_blocks: int = 16, budget: int = 64, max_seqs: int = 4, block_size: int = 4,
-         chunked: bool = True) -> LaneCoordinator:
+         chunked: bool = True, prefill_tokens: int = 0) -> LaneCoordinator:
     return LaneCoordinator(SchedulerConfig(max_num_seqs=max_seqs, max_num_batched_tokens=budget,
                                            max_model_len=64, block_size=block_size,
-                                           num_blocks=num_blocks, enable_chunked_prefill=chunked), 1)
+                                           num_blocks=num_blocks, enable_chunked_prefill=chunked,
+                                           max_prefill_tokens=prefill_tokens), 1)
 
 
 def req(rid: str, n: int, max_tokens: int = 8) -> Request:
@@ -88,6 +89,25 @@ def test_a_prompt_that_fits_a_step_of_its_own_is_not_chunked_to_fill_one() -> No
     second = s.schedule()
     assert second.plan.mode == "prefill" and second.request_ids == ("c",)
     assert [(r.start_position, len(r.token_ids), r.sample) for r in second.plan.rows] == [(0, 3, True)]
+
+
+def test_max_prefill_tokens_splits_a_burst_into_smaller_prefill_steps() -> None:
+    """5 prompts of 6 tokens, max_prefill_tokens=13 of a 64-token budget: two prompts a step (a
+    third would make 18), the last alone; a prompt longer than the cap starts a step alone, whole,
+    not chunked to it; decode follows once every prompt has its first token."""
+    s = make(num_blocks=32, budget=64, max_seqs=8, prefill_tokens=13)
+    assert s.config.max_prefill_tokens == 13 and make().config.max_prefill_tokens == 64  # 0: the budget
+    for rid in "abcde":
+        s.add(req(rid, 6))
+    s.add(req("long", 20))
+    steps = []
+    for _ in range(5):
+        step = s.schedule()
+        steps.append((step.plan.mode, step.request_ids, [len(r.token_ids) for r in step.plan.rows]))
+        s.update(step, [5] * sum(r.sample for r in step.plan.rows))
+    assert steps == [("prefill", ("a", "b"), [6, 6]), ("prefill", ("c", "d"), [6, 6]),
+                     ("prefill", ("e",), [6]), ("prefill", ("long",), [20]),
+                     ("decode", ("a", "b", "c", "d", "e", "long"), [1] * 6)]
 
 
 def test_a_prompt_longer_than_the_budget_is_still_chunked_behind_others() -> None:

@@ -67,6 +67,9 @@ def _build(config: EngineConfig) -> LLMEngine:
     auto_kv = config.num_kv_blocks is None and config.kv_cache_memory_bytes is None
     config = config.resolve_for_model(spec.max_position_embeddings, per_token,
                                       caps.prefix_caching, caps.chunked_prefill)
+    if config.max_prefill_tokens is None:
+        default = TorchDevice.for_device(device).max_prefill_tokens
+        config = dataclasses.replace(config, max_prefill_tokens=default)
     if config.async_scheduling and not caps.async_decode:
         raise ValueError(f"async_scheduling=true, but {loaded.architecture} does not support async decode")
     lanes = config.data_parallel_size
@@ -87,10 +90,13 @@ def _build(config: EngineConfig) -> LLMEngine:
         runner.configure_capacity(lanes * sizing.blocks_per_lane)
     assert config.num_kv_blocks is not None and config.max_model_len is not None
     logger.info("engine: %s (%s) from %s on %s in %s; max_model_len=%d, %d lane(s) of %d KV blocks of %d, "
-                "prefix caching %s, trace_mode=%s, async_scheduling=%s, sample_on_device_mode=%s%s",
+                "prefix caching %s, max_prefill_tokens=%s, trace_mode=%s, async_scheduling=%s, "
+                "sample_on_device_mode=%s%s",
                 loaded.architecture, type(loaded.module).__qualname__, model_dir, device, plan.dtype_name,
                 config.max_model_len, lanes, config.num_kv_blocks, config.block_size,
-                "on" if config.enable_prefix_caching else "off", runner.trace.mode, config.async_scheduling,
+                "on" if config.enable_prefix_caching else "off",
+                config.max_prefill_tokens or config.max_num_batched_tokens, runner.trace.mode,
+                config.async_scheduling,
                 config.sample_on_device_mode,
                 " (always_compat_sampling)" if config.always_compat_sampling else "")
     try:

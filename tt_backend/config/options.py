@@ -79,6 +79,12 @@ class EngineConfig:
     max_num_seqs: int = 32
     """Running requests per lane (the engine runs data_parallel_size x max_num_seqs)."""
     max_num_batched_tokens: int = 2048
+    max_prefill_tokens: int | None = None
+    """A waiting prompt joins a prefill step that has rows only while the step stays within this
+    many tokens (a longer prompt starts a step alone); at most max_num_batched_tokens. Unset
+    (`auto`): the device's (`TorchDevice.max_prefill_tokens`: 256 on the CPU, whose prefill is
+    compute-bound, so a smaller step brings its prompts' first tokens sooner at little cost to the
+    rest; max_num_batched_tokens elsewhere). SGLang's option of the same name."""
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     """These two, unset: on when the model declares support; true on a model without it fails."""
@@ -188,7 +194,7 @@ class EngineConfig:
                 check_choice(option.name, getattr(self, option.name), typing.get_args(kind))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "max_waiting_requests",
                      "data_parallel_size", "max_model_len", "num_kv_blocks", "grammar_compile_timeout_s",
-                     "max_parked_requests"):  # (max_model_len, num_kv_blocks: None is auto)
+                     "max_parked_requests", "max_prefill_tokens"):  # (None: auto)
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:

@@ -11,6 +11,10 @@ this lane decides (from the serving design):
   its own, owe a decode step before the next prefill (the cadence), and delay its own first token
   by both (a burst of 32 100-token prompts at budget 2048: 20 + 12 rows in two steps, not
   20 + a 48-token chunk, a decode step, then 12).
+- A waiting prompt joins a step that already has rows only while the step stays within
+  `max_prefill_tokens` (at most max_num_batched_tokens; a prompt longer than it starts a step alone).
+  Where prefill is compute-bound (a CPU), a smaller step gives its prompts their first tokens sooner
+  and costs the later ones little: a burst of 8 100-token prompts in 4 steps of 2 instead of one.
 - When a decode step runs out of KV blocks, the most recently admitted running request is
   preempted by recompute (its blocks freed, its tokens prefilled again on resume), so the oldest
   requests always progress.
@@ -204,8 +208,11 @@ class PhaseScheduler:
             request.prefill_target = request.num_tokens
             computed = self.kv.get_computed_blocks(request)
             cached = computed.num_tokens(self.config.block_size)
-            if rows and request.prefill_target - cached > budget:
+            need = request.prefill_target - cached
+            if rows and need > budget:
                 break  # it would start as a partial chunk: it opens the next step instead
+            if rows and self.config.max_num_batched_tokens - budget + need > self.config.max_prefill_tokens:
+                break  # the step is full enough: it opens the next one
             n = self._reserve_chunk(request, budget, cached, computed)
             if n == 0:
                 break

@@ -24,6 +24,13 @@ class SchedulerConfig:
     """Decode steps owed after a prefill step that leaves a prompt partly prefilled (between the
     chunks of a long prompt), while requests are ready to decode; 0 lets prefill run until no
     prefill work can be admitted."""
+    max_prefill_tokens: int = 0
+    """A waiting prompt joins a prefill step with rows only if the step then holds at most this
+    many tokens; 0: max_num_batched_tokens."""
+
+    def __post_init__(self) -> None:
+        if self.max_prefill_tokens == 0:
+            object.__setattr__(self, "max_prefill_tokens", self.max_num_batched_tokens)
 
     @classmethod
     def from_engine_config(cls, config: EngineConfig) -> SchedulerConfig:
@@ -35,7 +42,9 @@ class SchedulerConfig:
                    num_blocks=config.num_kv_blocks,
                    enable_chunked_prefill=bool(config.enable_chunked_prefill),
                    enable_prefix_caching=bool(config.enable_prefix_caching),
-                   decode_steps_between_prefills=config.decode_steps_between_prefills)
+                   decode_steps_between_prefills=config.decode_steps_between_prefills,
+                   max_prefill_tokens=min(config.max_prefill_tokens or config.max_num_batched_tokens,
+                                          config.max_num_batched_tokens))
 
 
 @dataclass(frozen=True)
