@@ -12,6 +12,7 @@ far apart (HF's init gives near-uniform logits, where accumulation order could f
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,56 @@ def build_tiny_gemma3(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
     processor.save_pretrained(out)
 
 
+QWEN2_VL_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ part['text'] }}{% endif %}{% endfor %}"
+    "{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+QWEN2_VL_PATCH = 14
+"""Pixels a side of a patch of the tiny Qwen2-VL (its merger joins 2x2 patches into a token)."""
+
+
+def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
+    """Qwen2-VL: a 2-layer Qwen2 text model with M-RoPE (head_dim 16: its 8 rotated pairs split 2/3/3
+    over frames, rows and columns) and a 2-layer vision transformer over 14x14 patches, images resized
+    to between 56x56 and 112x112 pixels (a 40x30 picture: 56x84, 2x3 tokens); the default model's
+    tokenizer with Qwen2-VL's vision tokens added, and transformers' Qwen2VLProcessor."""
+    import transformers
+    from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
+
+    from tt_backend.models.processors import images_only
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokenizer.add_special_tokens({"additional_special_tokens": [
+        "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]})
+    tokenizer.chat_template = QWEN2_VL_TEMPLATE
+    ids = {name: tokenizer.convert_tokens_to_ids(f"<|{name}|>")
+           for name in ("vision_start", "vision_end", "image_pad", "video_pad")}
+    text = transformers.Qwen2VLTextConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    vision = transformers.Qwen2VLVisionConfig(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2,
+                                              patch_size=QWEN2_VL_PATCH, temporal_patch_size=2,
+                                              spatial_merge_size=2)
+    config = transformers.Qwen2VLConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                        image_token_id=ids["image_pad"], video_token_id=ids["video_pad"],
+                                        vision_start_token_id=ids["vision_start"],
+                                        vision_end_token_id=ids["vision_end"])
+    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
+    _randomize(model, seed)
+    model.save_pretrained(out)
+    side = 2 * QWEN2_VL_PATCH
+    image_processor = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": (2 * side) ** 2, "longest_edge": (4 * side) ** 2}, patch_size=QWEN2_VL_PATCH,
+        merge_size=2, temporal_patch_size=2)
+    processor = images_only("Qwen2VLProcessor")(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_TEMPLATE)
+    processor.save_pretrained(out)
+
+
 def _randomize(model: Any, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -143,9 +194,9 @@ class Greedy:
 def hf_vision_greedy(model_dir: Path, text: str, images: list[bytes], n: int) -> Greedy:
     """HF's n greedy tokens after the processor's prompt of `text` and `images`: full forwards, no
     cache, fp32, never stopping at EOS."""
-    from transformers import AutoProcessor
+    from tt_backend.models.processors import load_processor
 
-    processor = AutoProcessor.from_pretrained(model_dir)
+    processor = load_processor(model_dir)
     rgb = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
     encoded = dict(processor(text=[text], images=rgb or None, return_tensors="pt"))
     return _greedy(model_dir, encoded, n)
@@ -154,9 +205,9 @@ def hf_vision_greedy(model_dir: Path, text: str, images: list[bytes], n: int) ->
 def hf_ids_greedy(model_dir: Path, ids: list[int], images: list[bytes], n: int) -> Greedy:
     """HF's n greedy tokens after a prompt of ids whose placeholders were expanded token by token
     (each into what the processor writes for it alone, as vLLM updates a token prompt)."""
-    from transformers import AutoProcessor
+    from tt_backend.models.processors import load_processor
 
-    processor = AutoProcessor.from_pretrained(model_dir)
+    processor = load_processor(model_dir)
     rgb = [Image.open(io.BytesIO(data)).convert("RGB") for data in images]
     expanded: list[int] = []
     pixels = []
@@ -167,10 +218,13 @@ def hf_ids_greedy(model_dir: Path, ids: list[int], images: list[bytes], n: int) 
         alone = processor(text=[processor.image_token], images=[rgb[len(pixels)]], return_tensors="pt",
                           add_special_tokens=False)
         expanded += [int(t) for t in alone["input_ids"][0]]
-        pixels.append(alone["pixel_values"])
+        pixels.append(alone)
     tensor = torch.tensor([expanded])
     encoded = {"input_ids": tensor, "attention_mask": torch.ones_like(tensor),
-               "pixel_values": torch.cat(pixels)}
+               **{key: torch.cat([alone[key] for alone in pixels]) for key in pixels[0]
+                  if key in ("pixel_values", "image_grid_thw")}}
+    if "mm_token_type_ids" in processor.model_input_names:
+        encoded["mm_token_type_ids"] = (tensor == processor.image_token_id).long()
     if "token_type_ids" in processor.model_input_names:
         encoded["token_type_ids"] = (tensor == processor.image_token_ids[0]).long()
     return _greedy(model_dir, encoded, n)
@@ -189,7 +243,8 @@ def _greedy(model_dir: Path, encoded: dict[str, Any], n: int) -> Greedy:
             logits = model(**encoded).logits[0, -1].float()
             out.append(int(logits.argmax()))
             logprobs.append(float(torch.log_softmax(logits, -1)[out[-1]]))
-            grown = {"input_ids": out[-1], "attention_mask": 1, "token_type_ids": 0}
+            grown = {"input_ids": out[-1], "attention_mask": 1, "token_type_ids": 0,
+                     "mm_token_type_ids": 0}
             encoded = {k: torch.cat([v, torch.tensor([[grown[k]]])], dim=1) if k in grown else v
                        for k, v in encoded.items()}
     return Greedy(prompt, out, logprobs)
@@ -204,16 +259,17 @@ if __name__ == "__main__":  # python -m tests.vision_checkpoints OUT: the tiny L
 
 
 def engine_greedy(engine: Any, text: str | list[int], seeds: list[int], request_id: str,
-                  as_text: bool = True) -> Greedy:
+                  as_text: bool = True, image_of: Callable[[int], bytes] | None = None) -> Greedy:
     """The engine's greedy tokens (and their logprobs) for `text` with `picture(seed)` images, run alone
     to its end: the prompt as tt_llm's text_input brings it (`as_text`), or as input_ids (`text` may
-    be ids). Its `prompt` is as long as the expanded prompt (the engine reports its length)."""
+    be ids); `image_of(seed)`: the picture of a seed (`picture`'s by default). Its `prompt` is as
+    long as the expanded prompt (the engine reports its length)."""
     from tt_backend.sampling.params import SamplingParams
     from tt_backend.text.images import ImageLimits, decode_image
 
     outputs: list[Any] = []
     ids = text if isinstance(text, list) else engine.tokenizer(text).input_ids
-    images = tuple(decode_image(picture(s), "image", ImageLimits()) for s in seeds)
+    images = tuple(decode_image((image_of or picture)(s), "image", ImageLimits()) for s in seeds)
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=0)
     engine.add_request(request_id, ids, params, outputs.append, images,
                        text if as_text and isinstance(text, str) else None)

@@ -1,5 +1,5 @@
 """Tiny random vision-language models (tests/vision_checkpoints.py: LLaVA, Gemma 3 with its vision
-tower) served through the real tritonserver and the OpenAI front: a chat request with an image
+tower, Qwen2-VL) served through the real tritonserver and the OpenAI front: a chat request with an image
 (the openai SDK, a data: URL) and tt_llm's `image` input (tritonclient gRPC; `text_input` as
 vllm_backend takes it, and `input_ids`) give HF transformers' greedy tokens; a second request with
 the same picture reads the encoder cache (`vllm:mm_cache_hits_total`); a prompt whose placeholders
@@ -25,7 +25,13 @@ from openai import OpenAI
 
 from tests.integration.clients import grpc_stream, s, scrape, series, wait_for_metrics
 from tests.integration.conftest import ROOT, Server, start_server, stop_server, wait_ready
-from tests.vision_checkpoints import build_tiny_gemma3, build_tiny_llava, hf_vision_greedy, picture
+from tests.vision_checkpoints import (
+    build_tiny_gemma3,
+    build_tiny_llava,
+    build_tiny_qwen2_vl,
+    hf_vision_greedy,
+    picture,
+)
 
 pytestmark = pytest.mark.integration
 GREEDY = '{"temperature": 0, "max_tokens": 8, "ignore_eos": true}'
@@ -46,6 +52,8 @@ FAMILIES = {
     "llava": Family(build_tiny_llava, "<image>", "USER: <image>\n{question}\nASSISTANT:"),
     "gemma3": Family(build_tiny_gemma3, "<start_of_image>", "<start_of_turn>user\n<start_of_image>{question}"
                      "<end_of_turn>\n<start_of_turn>model\n"),
+    "qwen2_vl": Family(build_tiny_qwen2_vl, "<|image_pad|>", "<|im_start|>user\n<|vision_start|><|image_pad|>"
+                       "<|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"),
 }
 
 
@@ -83,11 +91,11 @@ def b64(data: bytes) -> np.ndarray:
 
 def rendered(model_dir: Path, question: str) -> str:
     """The chat template's prompt of one user turn: an image, then the question (as HF renders it)."""
-    from transformers import AutoProcessor
+    from tt_backend.models.processors import load_processor
 
     turn = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-    text: str = AutoProcessor.from_pretrained(model_dir).apply_chat_template(turn, add_generation_prompt=True,
-                                                                              tokenize=False)
+    processor = load_processor(model_dir)
+    text: str = processor.apply_chat_template(turn, add_generation_prompt=True, tokenize=False)
     return text
 
 

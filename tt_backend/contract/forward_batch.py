@@ -28,6 +28,9 @@ class ForwardBatch:
     """[B, T] long: for a token of an image whose tokens attend to each other (Gemma 3), the position
     its image ends at; 0 elsewhere. A model that reads it lets such a token see the keys of its own
     image after it."""
+    rope_positions: torch.Tensor | None = None
+    """[3, B, T] long: each token's (temporal, height, width) rotary position, for a model with M-RoPE
+    whose rows hold images (PlannedRow.rope_images); None: `positions` are the rotary positions."""
 
     def with_images(self, x: torch.Tensor) -> torch.Tensor:
         """The rows' input embeddings `x` [B, T, hidden] (the model's token embeddings, scaled as it

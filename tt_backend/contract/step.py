@@ -27,6 +27,9 @@ class ImageSpan:
     bidirectional: bool = False
     """Its tokens attend to each other both ways in prefill (Gemma 3), so a prefill chunk holds all of
     them or none."""
+    grid: tuple[int, int, int] | None = None
+    """(t, h, w): its tokens as a grid of frames, rows and columns, for a model whose rotary positions
+    follow it (M-RoPE, Qwen2-VL: `runtime/rope_positions.py`); None for other models."""
 
     @property
     def end(self) -> int:
@@ -58,6 +61,10 @@ class PlannedRow:
     images: tuple[ImageSpan, ...] = ()
     """A prefill row's images whose placeholders overlap its tokens (their encoder output replaces
     those tokens' embeddings)."""
+    rope_images: tuple[ImageSpan, ...] = ()
+    """Every image of the row's request, for a model whose rotary positions follow their grids (M-RoPE:
+    each image takes as many positions as its longest side, so every token after it, decode's too,
+    sits at a position shifted from its index); empty for other models."""
 
     def __post_init__(self) -> None:
         assert self.token_ids, "a planned row computes at least one token"

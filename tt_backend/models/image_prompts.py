@@ -44,10 +44,10 @@ class ImagePrompts:
 
     @classmethod
     def load(cls, model_dir: Path, bidirectional: bool = False) -> ImagePrompts:
-        from transformers import AutoProcessor
+        from tt_backend.models.processors import load_processor
 
         try:
-            processor = AutoProcessor.from_pretrained(model_dir)
+            processor = load_processor(model_dir)
         except (OSError, ValueError) as exc:
             raise ValueError(f"{model_dir} holds a vision-language model, but its HF processor does not load "
                              f"(processor_config.json, preprocessor_config.json): {exc}") from exc
@@ -90,8 +90,18 @@ class ImagePrompts:
             mine, at = at[:count], at[count:]
             start = mine[0]
             assert mine[-1] - start == count - 1, "an image's tokens are one run"
-            spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional))
+            grid = self._grid(pixels)
+            spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional, grid))
         return ImagePrompt(ids, tuple(spans))
+
+    def _grid(self, pixels: dict[str, Any]) -> tuple[int, int, int] | None:
+        """A processor that gives `image_grid_thw` (Qwen2-VL's) lays the image's tokens on a grid of
+        (frames, rows, columns) of merged patches, the text model's M-RoPE positions; None otherwise."""
+        if "image_grid_thw" not in pixels:
+            return None
+        merge = int(self.processor.image_processor.merge_size)
+        (t, h, w), = pixels["image_grid_thw"].tolist()
+        return int(t), int(h) // merge, int(w) // merge
 
     def _text_of(self, ids: Sequence[int]) -> str | None:
         """The text `ids` are the tokenization of (without special tokens added), if any."""
@@ -107,5 +117,5 @@ class ImagePrompts:
         return [int(t) for t in encoded["input_ids"][0]], pixels
 
 
-_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
 """What a processor returns of the text; the rest is the encoder's input."""

@@ -88,13 +88,27 @@ class RMSNorm(nn.Module):
 
 class Rotary(nn.Module):
     inv_freq: torch.Tensor
+    section_axis: torch.Tensor | None
 
     def __init__(self, head_dim: int, rope: RopeConfig) -> None:
         super().__init__()
         self.register_buffer("inv_freq", inv_frequencies(head_dim, rope), persistent=False)
+        axis = None
+        if rope.mrope_section:  # pair j of the rotated dims follows position axis section_axis[j] (M-RoPE)
+            if sum(rope.mrope_section) != head_dim // 2:
+                raise ValueError(f"mrope_section={list(rope.mrope_section)} does not add up to "
+                                 f"head_dim / 2 = {head_dim // 2}")
+            sizes = torch.tensor(rope.mrope_section, device="cpu")
+            axis = torch.repeat_interleave(torch.arange(len(sizes), device="cpu") % 3, sizes)
+        self.register_buffer("section_axis", axis, persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions.float()[..., None] * self.inv_freq  # [B, T, D/2]
+        """positions: [B, T], or [3, B, T] (temporal, height, width) under M-RoPE."""
+        freqs = positions.float()[..., None] * self.inv_freq  # [B, T, D/2] ([3, B, T, D/2])
+        if positions.dim() == 3:
+            assert self.section_axis is not None, "three positions a token for a model without M-RoPE"
+            index = self.section_axis.expand(1, *freqs.shape[1:])
+            freqs = freqs.gather(0, index)[0]
         emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B, 1, T, D]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -216,7 +230,8 @@ class LlamaForCausalLM(nn.Module, NativeKernelModel):
         last slot is the padding sink.
         """
         x = batch.with_images(self.model.embed_tokens(batch.input_ids))
-        rope = self.model.rotary(batch.positions, x.dtype)
+        rope = self.model.rotary(batch.positions if batch.rope_positions is None else batch.rope_positions,
+                                 x.dtype)
         mask = None if self.ops.attends_in_place(batch) else additive_mask(
             batch, batch.block_tables.shape[1] * kv_cache.shape[3], x.dtype, self.config.sliding_window)
         residual: torch.Tensor | None = None

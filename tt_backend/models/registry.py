@@ -42,6 +42,7 @@ TORCH_BUILTINS = {
     "Gemma3ForCausalLM": "tt_backend.models.gemma3:Gemma3ForCausalLM",
     "LlavaForConditionalGeneration": "tt_backend.models.llava:LlavaForConditionalGeneration",
     "Gemma3ForConditionalGeneration": "tt_backend.models.gemma3_vision:Gemma3ForConditionalGeneration",
+    "Qwen2VLForConditionalGeneration": "tt_backend.models.qwen2_vl:Qwen2VLForConditionalGeneration",
 }
 # TT-Metal's vLLM-facing generators (tt-metal models/tt_transformers); unverified on hardware here.
 TT_BUILTINS = {

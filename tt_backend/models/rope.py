@@ -19,6 +19,9 @@ class RopeConfig:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+    mrope_section: tuple[int, ...] = ()
+    """M-RoPE (Qwen2-VL): how many of the head's frequency pairs follow each of the (temporal, height,
+    width) positions; empty: one position per token."""
 
     def __post_init__(self) -> None:
         if self.rope_type not in SUPPORTED_ROPE_TYPES:
@@ -32,6 +35,7 @@ class RopeConfig:
         scaling = hf.get("rope_scaling") or {}
         merged = {**scaling, **params}
         rope_type = merged.get("rope_type", merged.get("type", "default"))
+        rope_type = "default" if rope_type == "mrope" else rope_type  # Qwen2-VL's before transformers 4.46
         theta = merged.get("rope_theta", hf.get("rope_theta", 10000.0))
         return cls(
             theta=float(theta),
@@ -41,6 +45,7 @@ class RopeConfig:
             high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
             original_max_position_embeddings=int(merged.get("original_max_position_embeddings",
                                                             hf.get("max_position_embeddings", 8192))),
+            mrope_section=tuple(int(n) for n in merged.get("mrope_section") or ()),
         )
 
 

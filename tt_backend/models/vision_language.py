@@ -28,6 +28,8 @@ class VisionLanguageModel(nn.Module):
     """One of our text models (a LlamaForCausalLM or Gemma3ForCausalLM)."""
     unread: tuple[str, ...] = ()
     """Checkpoint names (prefixes) of weights the model never reads, dropped at load."""
+    renames: tuple[tuple[str, str], ...] = _RENAMES
+    """(checkpoint prefix, ours), applied in order."""
     tied_weights = ("language_model.lm_head.weight", "language_model.model.embed_tokens.weight")
     """(the head, the embedding it shares when the text model ties them)."""
 
@@ -43,7 +45,7 @@ class VisionLanguageModel(nn.Module):
         """Every form of the checkpoint's names as ours, without the weights never read."""
         out: dict[str, torch.Tensor] = {}
         for name, value in state.items():
-            for old, new in _RENAMES:  # in order: model.vision_tower.vision_model.x → vision_tower.x
+            for old, new in cls.renames:  # in order: model.vision_tower.vision_model.x → vision_tower.x
                 if name.startswith(old):
                     name = new + name[len(old):]
             if not name.startswith(cls.unread):

@@ -149,8 +149,10 @@ class EagerExecutor:
         if feedback is not None:
             inputs = feed_back(inputs, feedback)
         step, sampling = self.steps[call.shape.step], call.sampling.to(self.device)
-        if inputs.embeds is not None:  # image embeddings: the model over the whole batch, then its head
+        if inputs.embeds is not None or inputs.rope_positions is not None:
+            # image embeddings or M-RoPE positions: the model over the whole batch, then its head
             assert isinstance(step.body, ModelStep)
+            inputs = dataclasses.replace(inputs, decode=step.body.decode)
             logits: torch.Tensor = step.body.model(inputs, self.kv.context.cache)
             return logits if step.head is None else step.head(logits, *sampling.tensors)
         out: torch.Tensor = step(*inputs.tensors, self.kv.context.cache, *sampling.tensors)
@@ -180,8 +182,9 @@ class TracedExecutor:
     def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         calls = self.eager.prepare(plan, sampling)
-        if any(call.inputs.embeds is not None for call in calls):  # ModelRunner runs these steps eagerly
-            raise RuntimeError("a traced step replays token inputs only; a prefill with images runs eagerly")
+        if any(call.inputs.embeds is not None or call.inputs.rope_positions is not None for call in calls):
+            # ModelRunner runs these steps eagerly
+            raise RuntimeError("a traced step replays token inputs only; a step with images runs eagerly")
         self.traces.preflight(call.shape for call in calls)  # before any call writes KV
         outputs = [self.traces.replay(call.shape, call.inputs, call.sampling, feedback) for call in calls]
         return assemble(plan, calls, outputs)

@@ -18,6 +18,7 @@ import torch
 
 from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.contract.step import PlannedRow
+from tt_backend.runtime.rope_positions import rope_positions
 
 
 def physical_blocks(row: PlannedRow, blocks_per_lane: int | None) -> torch.Tensor:
@@ -71,8 +72,14 @@ def prepare_host_inputs(rows: Sequence[PlannedRow], block_size: int, padded_batc
                          + positions[:n] % block_size, -1)
     block_tables = np.ascontiguousarray(tables[:, :max_blocks])  # -1 past each row's blocks
     t = torch.from_numpy
+    rope = None
+    if any(row.rope_images for row in rows):
+        rope = np.broadcast_to(positions, (3, B, T)).copy()
+        for i, row in enumerate(rows):
+            if row.rope_images:
+                rope[:, i, :lengths[i]] = rope_positions(row.rope_images, row.start_position, int(lengths[i]))
     return ForwardBatch(t(input_ids), t(positions), t(slots), t(block_tables), t(context_lens),
-                        t(logits_indices))
+                        t(logits_indices), rope_positions=None if rope is None else t(rope))
 
 
 def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
@@ -82,5 +89,6 @@ def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
     embeds, mask = batch.embeds, batch.embed_mask
     if embeds is not None and mask is not None:
         embeds, mask = embeds.to(device, non_blocking=True), mask.to(device, non_blocking=True)
-    ends = None if batch.image_ends is None else batch.image_ends.to(device, non_blocking=True)
-    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask, ends)
+    ends, rope = ((None if x is None else x.to(device, non_blocking=True))
+                  for x in (batch.image_ends, batch.rope_positions))
+    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask, ends, rope)

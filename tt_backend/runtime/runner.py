@@ -106,7 +106,8 @@ class ModelRunner:
         return self.eager.execute(plan, sampling, feedback)
 
     # A prefill whose rows hold image placeholders runs eagerly by design (its embeddings are not
-    # among a trace's token inputs), whatever trace_mode says of prefill; its decode steps replay.
+    # among a trace's token inputs), whatever trace_mode says of prefill; its decode steps replay,
+    # except a model's with M-RoPE (their rows' rotary positions follow the images: not a trace input).
 
     def run_and_sample(self, plan: StepPlan, sampling: SamplingPlan) -> SampledTokens:
         """Run the step and choose its tokens: inside it (a device variant), or from its logits on
@@ -157,4 +158,5 @@ class ModelRunner:
 
 
 def _has_images(plan: StepPlan) -> bool:
-    return any(row.images for row in plan.rows)
+    """Rows with image embeddings (prefill) or M-RoPE positions that follow images (any step)."""
+    return any(row.images or row.rope_images for row in plan.rows)

@@ -47,6 +47,11 @@ class Request:
             return self.prompt_token_ids[start:stop]
         return self.prompt_token_ids[start:] + tuple(self.output_token_ids[max(start - n, 0):stop - n])
 
+    @property
+    def rope_images(self) -> tuple[ImageSpan, ...]:
+        """Its images, when its model's rotary positions follow their grids (PlannedRow.rope_images)."""
+        return self.images if any(image.grid is not None for image in self.images) else ()
+
     def images_in(self, start: int, stop: int) -> tuple[ImageSpan, ...]:
         """The images whose placeholders overlap positions [start, stop)."""
         return tuple(image for image in self.images if image.overlaps(start, stop))
