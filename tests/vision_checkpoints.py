@@ -106,11 +106,13 @@ QWEN2_VL_PATCH = 14
 """Pixels a side of a patch of the tiny Qwen2-VL (its merger joins 2x2 patches into a token)."""
 
 
-def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
-    """Qwen2-VL: a 2-layer Qwen2 text model with M-RoPE (head_dim 16: its 8 rotated pairs split 2/3/3
-    over frames, rows and columns) and a 2-layer vision transformer over 14x14 patches, images resized
-    to between 56x56 and 112x112 pixels (a 40x30 picture: 56x84, 2x3 tokens); the default model's
-    tokenizer with Qwen2-VL's vision tokens added, and transformers' Qwen2VLProcessor."""
+def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0, version: str = "2") -> None:
+    """Qwen2-VL (`version` "2.5": Qwen2.5-VL): a 2-layer Qwen2 text model with M-RoPE (head_dim 16: its
+    8 rotated pairs split 2/3/3 over frames, rows and columns) and a 2-layer vision transformer over
+    14x14 patches, images resized to between 56x56 and 112x112 pixels (a 40x30 picture: 56x84, 2x3
+    tokens); Qwen2.5-VL's attends within windows of 2x2 tokens in its first block, the whole image in
+    its second. The default model's tokenizer with Qwen2-VL's vision tokens added, and transformers'
+    processor of the version."""
     import transformers
     from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
@@ -122,28 +124,40 @@ def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
     tokenizer.chat_template = QWEN2_VL_TEMPLATE
     ids = {name: tokenizer.convert_tokens_to_ids(f"<|{name}|>")
            for name in ("vision_start", "vision_end", "image_pad", "video_pad")}
-    text = transformers.Qwen2VLTextConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    vision = transformers.Qwen2VLVisionConfig(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2,
-                                              patch_size=QWEN2_VL_PATCH, temporal_patch_size=2,
-                                              spatial_merge_size=2)
-    config = transformers.Qwen2VLConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
-                                        image_token_id=ids["image_pad"], video_token_id=ids["video_pad"],
-                                        vision_start_token_id=ids["vision_start"],
-                                        vision_end_token_id=ids["vision_end"])
-    model = transformers.Qwen2VLForConditionalGeneration(config).eval()
+    qwen25 = version == "2.5"
+    text = {"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
+            "rms_norm_eps": 1e-6, "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
+    common = {"depth": 2, "num_heads": 2, "patch_size": QWEN2_VL_PATCH, "temporal_patch_size": 2,
+              "spatial_merge_size": 2}
+    if qwen25:
+        vision = {**common, "hidden_size": 32, "intermediate_size": 48, "out_hidden_size": 64,
+                  "window_size": 2 * 2 * QWEN2_VL_PATCH, "fullatt_block_indexes": [1]}
+        config: Any = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision)
+    else:
+        config = transformers.Qwen2VLConfig(text_config=text, vision_config={
+            **common, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2})
+    for name in ("image", "video"):
+        setattr(config, f"{name}_token_id", ids[f"{name}_pad"])
+    config.vision_start_token_id, config.vision_end_token_id = ids["vision_start"], ids["vision_end"]
+    model_class = transformers.Qwen2_5_VLForConditionalGeneration if qwen25 else \
+        transformers.Qwen2VLForConditionalGeneration
+    model = model_class(config).eval()
     _randomize(model, seed)
     model.save_pretrained(out)
     side = 2 * QWEN2_VL_PATCH
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": (2 * side) ** 2, "longest_edge": (4 * side) ** 2}, patch_size=QWEN2_VL_PATCH,
         merge_size=2, temporal_patch_size=2)
-    processor = images_only("Qwen2VLProcessor")(
+    processor = images_only("Qwen2_5_VLProcessor" if qwen25 else "Qwen2VLProcessor")(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=QWEN2_VL_TEMPLATE)
     processor.save_pretrained(out)
+
+
+def build_tiny_qwen2_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
+    build_tiny_qwen2_vl(tokenizer_dir, out, seed, version="2.5")
 
 
 def _randomize(model: Any, seed: int) -> None:

@@ -1,8 +1,10 @@
-"""Qwen2-VL on torch against HF transformers on a tiny random checkpoint (tests/vision_checkpoints.py),
-fp32: the vision transformer's merged tokens, the M-RoPE positions against HF's `get_rope_index`,
-and the engine's greedy tokens for prompts with images of different grids, through a whole prefill,
-a prefill chunked inside an image and a text-only prompt. Greedy decode reads shifted positions after
-an image: without M-RoPE every token differs (max |logprob - HF| 0.47 on the first prompt)."""
+"""Qwen2-VL and Qwen2.5-VL on torch against HF transformers on tiny random checkpoints
+(tests/vision_checkpoints.py), fp32: the vision transformer's merged tokens (Qwen2.5-VL's attends
+within 2x2 windows in one block: attending over the whole image there is 4e-3 off), the M-RoPE
+positions against HF's `get_rope_index`, and the engine's greedy tokens for prompts with images of
+different grids, through a whole prefill, a prefill chunked inside an image and a text-only prompt.
+Greedy decode reads shifted positions after an image: without M-RoPE every token differs (max
+|logprob - HF| 0.47 on the first prompt)."""
 
 from __future__ import annotations
 
@@ -32,18 +34,22 @@ from tt_backend.runtime.rope_positions import rope_positions
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 PROMPT = f"<|im_start|>user\n{IMAGE}What is in this picture?<|im_end|>\n<|im_start|>assistant\n"
 TWO = f"<|im_start|>user\n{IMAGE}and {IMAGE}Which is brighter?<|im_end|>\n<|im_start|>assistant\n"
-SIZES = {1: (40, 30), 2: (30, 100), 3: (90, 90)}
-"""Picture sizes by seed: grids (rows x columns of tokens) 2x3, 4x1 and 3x3."""
+SIZES = {1: (40, 30), 2: (30, 100), 3: (90, 90), 4: (160, 150)}
+"""Picture sizes by seed: grids (rows x columns of tokens) 2x3, 4x1, 3x3 and 3x4."""
 
 
 def photo(seed: int) -> bytes:
     return picture(seed, SIZES.get(seed, (40, 30)))
 
 
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path:
-    out = tmp_path_factory.mktemp("tiny_qwen2_vl")
-    build_tiny_qwen2_vl(model_dir, out)
+ARCHITECTURES = {"2": "Qwen2VLForConditionalGeneration", "2.5": "Qwen2_5_VLForConditionalGeneration"}
+
+
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def qwen_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+             model_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp(f"tiny_qwen{request.param}_vl")
+    build_tiny_qwen2_vl(model_dir, out, version=request.param)
     return out
 
 
@@ -64,8 +70,8 @@ def test_the_vision_transformer_gives_hf_image_features(qwen_dir: Path) -> None:
     from tt_backend.models.loader import load_model
 
     ours = load_model(qwen_dir, ComputePlan.resolve(torch.device("cpu"), "float32"))
-    assert ours.architecture == "Qwen2VLForConditionalGeneration" and ours.capabilities.takes_images
-    for seed, tokens in ((1, 6), (2, 4), (3, 9)):
+    assert ours.architecture in ARCHITECTURES.values() and ours.capabilities.takes_images
+    for seed, tokens in ((1, 6), (2, 4), (3, 9), (4, 12)):
         hf, encoded = hf_inputs(qwen_dir, IMAGE, [seed])
         with torch.no_grad():
             ref = hf.model.get_image_features(pixel_values=encoded["pixel_values"],

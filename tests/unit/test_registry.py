@@ -15,7 +15,8 @@ def test_builtins_resolve_by_hf_architecture() -> None:
     registry = build_registry("torch", extra_models_dir="", builtin=True)
     assert registry.names() == ["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "LlamaForCausalLM",
                                 "LlavaForConditionalGeneration", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                "Qwen2VLForConditionalGeneration", "Qwen3ForCausalLM"]
+                                "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+                                "Qwen3ForCausalLM"]
     assert registry.find(["Qwen3ForCausalLM"]).resolve() is Qwen3ForCausalLM
     with pytest.raises(ValueError, match=r"architectures=\['GPT2LMHeadModel'\] are not supported on torch"):
         registry.find(["GPT2LMHeadModel"])
@@ -51,7 +52,7 @@ def test_build_registry_reads_its_arguments_not_the_environment(monkeypatch: pyt
     assert build_registry("torch", extra_models_dir="", builtin=True).names() == [
         "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "LlamaForCausalLM",
         "LlavaForConditionalGeneration", "MistralForCausalLM", "Qwen2ForCausalLM",
-        "Qwen2VLForConditionalGeneration", "Qwen3ForCausalLM"]
+        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3ForCausalLM"]
     assert build_registry("torch", extra_models_dir="", builtin=False).names() == []
 
 

@@ -2,8 +2,9 @@
 torchvision is absent.
 
 transformers 5 builds Qwen2VLProcessor (and Qwen2.5-VL's) with a video processor, whose classes need
-torchvision; on a machine without it (the CPU build of torch this project installs has no matching
-torchvision on PyPI) the processor does not construct at all, for images either. `ImagesOnly`
+torchvision; on a machine without it (PyPI's torchvision 0.28.0, the one for torch 2.13, links CUDA
+torch's libraries and does not load beside the CPU build this project installs) the processor does
+not construct at all, for images either. `ImagesOnly`
 is transformers' own processor class with the video processor left out of its parts: its image
 processor, tokenizer, placeholder expansion (`replace_image_token`) and call are transformers', not
 re-written; a prompt that asks it for video is refused.

@@ -43,6 +43,7 @@ TORCH_BUILTINS = {
     "LlavaForConditionalGeneration": "tt_backend.models.llava:LlavaForConditionalGeneration",
     "Gemma3ForConditionalGeneration": "tt_backend.models.gemma3_vision:Gemma3ForConditionalGeneration",
     "Qwen2VLForConditionalGeneration": "tt_backend.models.qwen2_vl:Qwen2VLForConditionalGeneration",
+    "Qwen2_5_VLForConditionalGeneration": "tt_backend.models.qwen2_vl:Qwen2_5_VLForConditionalGeneration",
 }
 # TT-Metal's vLLM-facing generators (tt-metal models/tt_transformers); unverified on hardware here.
 TT_BUILTINS = {
