@@ -106,13 +106,15 @@ QWEN2_VL_PATCH = 14
 """Pixels a side of a patch of the tiny Qwen2-VL (its merger joins 2x2 patches into a token)."""
 
 
-def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0, version: str = "2") -> None:
+def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0, version: str = "2",
+                        hidden: int = 64) -> None:
     """Qwen2-VL (`version` "2.5": Qwen2.5-VL): a 2-layer Qwen2 text model with M-RoPE (head_dim 16: its
     8 rotated pairs split 2/3/3 over frames, rows and columns) and a 2-layer vision transformer over
     14x14 patches, images resized to between 56x56 and 112x112 pixels (a 40x30 picture: 56x84, 2x3
     tokens); Qwen2.5-VL's attends within windows of 2x2 tokens in its first block, the whole image in
     its second. The default model's tokenizer with Qwen2-VL's vision tokens added, and transformers'
-    processor of the version."""
+    processor of the version. `hidden`: the text model's width (4 heads; 128 gives head_dim 32, the
+    tile the Tenstorrent KV cache needs, its rotated pairs split 4/6/6)."""
     import transformers
     from transformers import AutoTokenizer, Qwen2VLImageProcessorPil
 
@@ -125,20 +127,22 @@ def build_tiny_qwen2_vl(tokenizer_dir: Path, out: Path, seed: int = 0, version: 
     ids = {name: tokenizer.convert_tokens_to_ids(f"<|{name}|>")
            for name in ("vision_start", "vision_end", "image_pad", "video_pad")}
     qwen25 = version == "2.5"
-    text = {"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    section = [hidden // 32, 3 * hidden // 64, 3 * hidden // 64]
+    text = {"vocab_size": len(tokenizer), "hidden_size": hidden, "intermediate_size": 128,
+            "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
             "rms_norm_eps": 1e-6, "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
-            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": section}}
     common = {"depth": 2, "num_heads": 2, "patch_size": QWEN2_VL_PATCH, "temporal_patch_size": 2,
               "spatial_merge_size": 2}
     if qwen25:
-        vision = {**common, "hidden_size": 32, "intermediate_size": 48, "out_hidden_size": 64,
+        vision = {**common, "hidden_size": 32, "intermediate_size": 48, "out_hidden_size": hidden,
                   "window_size": 2 * 2 * QWEN2_VL_PATCH, "fullatt_block_indexes": [1]}
         config: Any = transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision)
     else:
         config = transformers.Qwen2VLConfig(text_config=text, vision_config={
-            **common, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2})
+            **common, "embed_dim": 32, "hidden_size": hidden, "mlp_ratio": 2})
     for name in ("image", "video"):
         setattr(config, f"{name}_token_id", ids[f"{name}_pad"])
     config.vision_start_token_id, config.vision_end_token_id = ids["vision_start"], ids["vision_end"]

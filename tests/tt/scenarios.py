@@ -208,10 +208,11 @@ def instance(params: dict[str, str], index: int, count: int, prompts: list[list[
 
 
 from fast_path_scenario import fast_path  # noqa: E402  (tests/tt/, beside this script)
+from image_scenario import engine_images  # noqa: E402
 
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     f.__name__: f for f in (mesh, open_fails, load, load_fails, engine, paged_ops, config_fails, auto,
-                            instance, fast_path)}
+                            instance, fast_path, engine_images)}
 
 if __name__ == "__main__":
     result = SCENARIOS[sys.argv[1]](**json.loads(sys.argv[2]))

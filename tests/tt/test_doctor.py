@@ -42,8 +42,10 @@ def test_on_an_n150_a_t3k_mesh_is_refused_and_the_models_package_is_missing() ->
         "(option mesh_device) to the mesh of this machine",
         "ok       fabric: fabric_config=auto sets FABRIC_1D on a 1x8 mesh",
         MODELS_MISSING,
-        "missing  builtin TT classes: TTLlamaForCausalLM, TTMistralForCausalLM, TTQwen2ForCausalLM, "
-        "TTQwen3ForCausalLM: not checked, tt-metal's generator_vllm does not import",
+        "missing  builtin TT classes: TTGemma3ForConditionalGeneration, TTLlamaForCausalLM, "
+        "TTMistral3ForConditionalGeneration, TTMistralForCausalLM, TTQwen2ForCausalLM, "
+        "TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM: not checked, tt-metal's generator_vllm "
+        "does not import",
         "ok       HF_MODEL: unset: the loader sets it from the model option",
         "device=tt: 3 thing(s) missing, each named above with what to do",
     ]
@@ -79,8 +81,9 @@ def test_a_bundle_serves_without_the_models_package(tmp_path: Path) -> None:
         "ok       TTLlamaForCausalLM: contract_generator:TTLlamaForCausalLM: model_capabilities="
         "{'supports_prefix_caching': True, 'supports_async_decode': True}; read: "
         "read_decode_output(async_read); warmup: warmup_model_prefill, warmup_model_decode",
-        "warn     builtin TT classes: TTMistralForCausalLM, TTQwen2ForCausalLM, TTQwen3ForCausalLM: not "
-        "checked, tt-metal's generator_vllm does not import",
+        "warn     builtin TT classes: TTGemma3ForConditionalGeneration, TTMistral3ForConditionalGeneration, "
+        "TTMistralForCausalLM, TTQwen2ForCausalLM, TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM: "
+        "not checked, tt-metal's generator_vllm does not import",
         f"ok       HF_MODEL: unset: the loader sets it from the model option ({checkpoint})",
         f"ok       model: {checkpoint}: architectures ['LlamaForCausalLM'] -> TTLlamaForCausalLM "
         "(contract_generator:TTLlamaForCausalLM)",

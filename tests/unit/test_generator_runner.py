@@ -250,3 +250,42 @@ def test_a_capture_that_overflows_the_trace_region_names_the_option() -> None:
 def test_warmup_without_hooks_calls_nothing() -> None:
     runner, generator, _ = _runner()
     assert runner.warmup() == [] and generator.calls == []
+
+
+class MropeGenerator(RecordingGenerator):
+    """A multimodal M-RoPE generator's returns (tt-metal's Qwen2.5-VL): prefill (logits, rope_deltas
+    [B, 1]), here each row's delta minus its first token."""
+
+    def prefill_forward(self, tokens: torch.Tensor, **kwargs: Any) -> Any:
+        return super().prefill_forward(tokens, **kwargs), -tokens[:, :1]
+
+
+def test_images_go_to_prefill_as_the_plugin_sends_them_and_rope_deltas_come_back_into_decode() -> None:
+    from tt_backend.contract.step import ImageSpan
+
+    calls = dataclasses.replace(CALLS, takes_images=True, rope_deltas=True)
+    runner, _, _ = _runner(calls=calls)
+    generator = MropeGenerator()
+    runner.generator = generator
+    pixels = [{"pixel_values": torch.full((4, 6), float(n)), "image_grid_thw": torch.tensor([[1, 2, 2]])}
+              for n in (1, 2)]
+    images = tuple(ImageSpan(f"k{n}", 1 + n, 1, pixels[n], grid=(1, 1, 1)) for n in (0, 1))
+    rows = [PlannedRow((3, 9, 9, 4), 0, (1,), True, lane=0, slot=1, images=images),
+            PlannedRow((5, 6), 0, (7,), True, lane=1, slot=0)]
+    runner.prefill(rows)
+    (_, call), = generator.calls
+    sent = [None if p is None else [t[0, 0].item() for t in p] for p in call["pixel_values"]]
+    assert sent == [[1.0, 2.0], None]
+    assert [None if g is None else [t.tolist() for t in g] for g in call["image_grid_thw"]] == \
+        [[[1, 2, 2], [1, 2, 2]], None]
+    # each row's delta is kept at its batch slot (lane x capacity + slot) and sent with every decode
+    runner.decode([PlannedRow((4,), 4, (1,), True, lane=0, slot=1), PlannedRow((6,), 2, (7,), True, lane=1)])
+    assert generator.calls[-1][1]["rope_deltas_all_users"] == [0, -3, -5, 0]
+
+
+def test_a_text_generator_gets_no_image_or_rope_arguments() -> None:
+    runner, generator, _ = _runner()
+    runner.prefill([PlannedRow((5, 6), 0, (7,), True, lane=1, slot=0)])
+    runner.decode([PlannedRow((6,), 2, (7,), True, lane=1, slot=0)])
+    sent = {key for _, call in generator.calls for key in call}
+    assert not {"pixel_values", "image_grid_thw", "rope_deltas_all_users"} & sent

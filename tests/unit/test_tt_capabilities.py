@@ -136,3 +136,30 @@ def test_a_read_decode_output_of_neither_form_names_both() -> None:
         "test_a_read_decode_output_of_neither_form_names_both.<locals>.Odd.read_decode_output(self, tt_out: "
         "Any, blocking: bool) -> None is neither tt-metal's read_decode_output(tt_out, async_read=False) nor "
         "the older (tt_out, unpadded_batch, is_tokens=False)")
+
+
+class Multimodal(Current):
+    """Shaped like tt-metal's Qwen2_5_VLForConditionalGeneration (models/demos/qwen25_vl/tt/
+    generator_vllm.py): vLLM's SupportsMultiModal marker, prefill_forward(tokens, page_table, kv_cache,
+    prompt_lens, enable_trace, **kwargs)."""
+
+    supports_multimodal = True
+    model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True}
+
+    def prefill_forward(self, tokens: Any, page_table: Any, kv_cache: Any, prompt_lens: Any,  # type: ignore[override]
+                        enable_trace: bool, **kwargs: Any) -> None: ...
+
+
+def test_a_multimodal_generator_takes_images_and_an_mrope_one_rope_deltas() -> None:
+    from transformers import Qwen2_5_VLConfig
+
+    qwen = Qwen2_5_VLConfig(text_config={"rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                                             "mrope_section": [16, 24, 24]}})
+    traits = generator_traits(Multimodal, qwen, 4, 32)
+    assert traits.capabilities.takes_images
+    assert (traits.calls.takes_images, traits.calls.rope_deltas) == (True, True)
+    plain = generator_traits(Multimodal, HF, 4, 32)  # Gemma 3's or Mistral 3's: images, one position a token
+    assert (plain.calls.takes_images, plain.calls.rope_deltas) == (True, False)
+    text = generator_traits(Current, qwen, 4, 32)
+    assert not text.capabilities.takes_images
+    assert (text.calls.takes_images, text.calls.rope_deltas) == (False, False)

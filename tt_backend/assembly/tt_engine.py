@@ -12,7 +12,7 @@ from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import StepMode, TraceMode
 from tt_backend.devices.tt.generator import TTCallForms
 from tt_backend.engine.engine import LLMEngine
-from tt_backend.models.tt_loader import TTLoadedModel, load_tt_model
+from tt_backend.models.tt_loader import TTLoadedModel, load_tt_model, text_config
 from tt_backend.runtime.config import SamplingConfig, TraceConfig
 from tt_backend.runtime.generator_runner import GeneratorRunner
 from tt_backend.runtime.generator_sampling import TT_MAX_TOP_K
@@ -27,7 +27,7 @@ def build_tt_engine(config: EngineConfig) -> LLMEngine:
     except BaseException:
         loaded.close()
         raise
-    return finish_engine(loaded.config, runner, loaded.model_dir, loaded.hf_config.vocab_size,
+    return finish_engine(loaded.config, runner, loaded.model_dir, text_config(loaded.hf_config).vocab_size,
                          loaded.capabilities.takes_images)
 
 

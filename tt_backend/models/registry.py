@@ -51,7 +51,21 @@ TT_BUILTINS = {
     "TTMistralForCausalLM": "models.tt_transformers.tt.generator_vllm:MistralForCausalLM",
     "TTQwen2ForCausalLM": "models.tt_transformers.tt.generator_vllm:QwenForCausalLM",
     "TTQwen3ForCausalLM": "models.tt_transformers.tt.generator_vllm:QwenForCausalLM",
+    # multimodal (docs/tt_multimodal_generators.md): images reach prefill_forward as the plugin sends them
+    "TTQwen2_5_VLForConditionalGeneration":
+        "models.demos.qwen25_vl.tt.generator_vllm:Qwen2_5_VLForConditionalGeneration",
+    "TTGemma3ForConditionalGeneration":
+        "models.tt_transformers.tt.generator_vllm:Gemma3ForConditionalGeneration",
+    "TTMistral3ForConditionalGeneration":
+        "models.tt_transformers.tt.generator_vllm:Mistral3ForConditionalGeneration",
 }
+TT_REFUSED = {
+    "TTMllamaForConditionalGeneration": (
+        "Llama 3.2 Vision on Tenstorrent needs cross-attention KV of its own (tt-metal's prefill_forward("
+        "images, cross_page_table) and the masks its prefill returns for decode); the Tenstorrent vLLM "
+        "plugin's V1 runner refuses encoder-decoder models too, and this backend does not serve it yet"),
+}
+"""Architectures tt-metal has a generator for that the Tenstorrent path refuses, and why."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +147,8 @@ class ModelRegistry:
             name = f"TT{arch}" if self.platform == "tt" else arch
             if name in self._entries:
                 return self._entries[name]
+            if self.platform == "tt" and name in TT_REFUSED:
+                raise ValueError(f"architectures={architectures}: {TT_REFUSED[name]}")
         raise ValueError(f"architectures={architectures} are not supported on {self.platform}; "
                          f"known: {', '.join(self.names()) or '(none)'}")
 

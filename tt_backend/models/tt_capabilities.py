@@ -14,13 +14,16 @@ models/common/model_capabilities.py, `ModelCapabilitiesMixin`; the plugin reads 
     output_tokens_per_step    tokens committed per step (more than 1: a block-output model)
     accepts_trace_mode        used by tt-metal's own runtime, not by the plugin
 
-An absent key means "not supported". A model with a sliding window gets no prefix caching (the
-plugin's rule, platform.py). Signatures are the fallback, for generators that declare nothing:
-current tt-metal's `prefill_forward(*args, **kwargs)` says nothing, so a declaring generator is
-taken to have the plugin's contract (start_pos always, empty_slots with data parallelism,
-enable_trace on prefill); a parameter is taken to be missing only where a signature is explicit
-(no **kwargs) and does not name it. `tt_data_parallel` in `initialize_vllm_model` is what makes a
-generator run every data-parallel submesh in one program (single-execute).
+An absent key means "not supported". A class with vLLM's SupportsMultiModal marker
+(`supports_multimodal = True`) takes images; with M-RoPE (an `mrope_section` in its config, vLLM's
+`uses_mrope`) its prefill returns rope deltas that its decode takes back. A model with a sliding
+window gets no prefix caching (the plugin's rule, platform.py). Signatures are the fallback, for
+generators that declare nothing: current tt-metal's `prefill_forward(*args, **kwargs)` says
+nothing, so a declaring generator is taken to have the plugin's contract (start_pos always,
+empty_slots with data parallelism, enable_trace on prefill); a parameter is taken to be missing only
+where a signature is explicit (no **kwargs) and does not name it. `tt_data_parallel` in
+`initialize_vllm_model` is what makes a generator run every data-parallel submesh in one program
+(single-execute).
 """
 
 from __future__ import annotations
@@ -118,7 +121,8 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
     start_pos = takes(cls, "prefill_forward", "start_pos", declared)
     prefix = bool(caps.get("supports_prefix_caching", False))
     chunked = bool(caps.get("supports_chunked_prefill", False))
-    window = sliding_window(hf_config)
+    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    window = sliding_window(text)
     if prefix and window is not None:
         logger.info("%s declares prefix caching, but the model has a sliding window of %d: off (the plugin's "
                     "rule)", cls.__qualname__, window)
@@ -131,8 +135,9 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
     if alignment is not None and (not isinstance(alignment, int) or alignment < 1):
         raise ValueError(f"{cls.__qualname__}.model_capabilities "
                          f"resumed_prefill_token_alignment={alignment!r} is not a positive int")
+    takes_images = bool(getattr(cls, "supports_multimodal", False))
     capabilities = ModelCapabilities(
-        prefix_caching=prefix, chunked_prefill=chunked, batched_prefill=True,
+        prefix_caching=prefix, chunked_prefill=chunked, batched_prefill=True, takes_images=takes_images,
         max_prefill_batch=max_prefill_batch,
         async_decode=bool(caps.get("supports_async_decode", False)),
         device_sampling=bool(caps.get("supports_sample_on_device", False)),
@@ -140,5 +145,17 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
     calls = TTCallForms(start_pos, takes(cls, "prefill_forward", "empty_slots", declared),
                         takes(cls, "prefill_forward", "enable_trace", declared),
                         math.lcm(block_size, alignment) if alignment else block_size, read_form(cls),
-                        hasattr(cls, "warmup_model_prefill"), hasattr(cls, "warmup_model_decode"))
+                        hasattr(cls, "warmup_model_prefill"), hasattr(cls, "warmup_model_decode"),
+                        takes_images, takes_images and uses_mrope(hf_config))
     return TTGeneratorTraits(capabilities, declared, calls)
+
+
+def uses_mrope(hf_config: Any) -> bool:
+    """Whether the model's rotary positions are M-RoPE's (vLLM's ModelConfig.uses_mrope: an
+    `mrope_section` in its text config's rope parameters)."""
+    text = getattr(hf_config, "text_config", None) or hf_config
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = getattr(text, name, None) or getattr(hf_config, name, None)
+        if isinstance(rope, dict) and "mrope_section" in rope:
+            return True
+    return False

@@ -150,16 +150,17 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
     rows, cols = planned_shape(ttnn, options)
     chips_per_lane = rows * cols // lanes
     check_decode_batch(config.max_num_seqs, submesh_shape((rows, cols), lanes))
-    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-    heads = kv_heads_per_chip(hf.num_key_value_heads, chips_per_lane)
-    per_token = TTKVGeometry.bytes_per_token(hf.num_hidden_layers, heads, head_dim)
-    max_len = config.max_model_len or hf.max_position_embeddings
+    text = text_config(hf)
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    heads = kv_heads_per_chip(text.num_key_value_heads, chips_per_lane)
+    per_token = TTKVGeometry.bytes_per_token(text.num_hidden_layers, heads, head_dim)
+    max_len = config.max_model_len or text.max_position_embeddings
     blocks = tt_kv_blocks(dataclasses.replace(config, max_model_len=max_len), cls, per_token, rows * cols)
     config = dataclasses.replace(config, num_kv_blocks=blocks).resolve_for_model(
-        hf.max_position_embeddings, per_token, caps.prefix_caching, caps.chunked_prefill)
+        text.max_position_embeddings, per_token, caps.prefix_caching, caps.chunked_prefill)
     assert config.num_kv_blocks is not None and config.max_model_len is not None
     # One more block per lane: the padding sink no request is given.
-    geometry = TTKVGeometry(hf.num_hidden_layers, config.num_kv_blocks + 1, heads, config.block_size,
+    geometry = TTKVGeometry(text.num_hidden_layers, config.num_kv_blocks + 1, heads, config.block_size,
                             head_dim)
     set_hf_model(model_dir)
     mesh = TTMesh.open(options)
@@ -182,6 +183,11 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
         raise
     logger.info("tt: %s (%s) on a %dx%d mesh, %d lane(s) of %d sequences, %d KV blocks of %d per lane, %d of "
                 "%d KV heads per chip", entry.arch, cls.__qualname__, *mesh.shape, lanes, config.max_num_seqs,
-                config.num_kv_blocks, config.block_size, heads, hf.num_key_value_heads)
+                config.num_kv_blocks, config.block_size, heads, text.num_key_value_heads)
     caps.log_undeclared(entry.arch)
     return TTLoadedModel(config, entry.arch, model_dir, hf, generator, traits, mesh, kv, CleanupLog())
+
+
+def text_config(hf: Any) -> Any:
+    """The text model's config: a vision-language model's `text_config` (as vLLM's hf_text_config)."""
+    return hf.get_text_config() if hasattr(hf, "get_text_config") else hf

@@ -50,6 +50,7 @@ from tt_backend.devices.cleanup import CleanupError, CleanupLog
 from tt_backend.devices.tt.generator import TTCallForms, TTGenerator, TTSamplingParams
 from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.runtime.config import SamplingConfig, TraceConfig
+from tt_backend.runtime.generator_images import image_inputs
 from tt_backend.runtime.generator_reads import DecodeRead, DecodeReads
 from tt_backend.runtime.generator_sampling import tt_sampling_params
 from tt_backend.runtime.generator_warmup import warm_up
@@ -85,7 +86,9 @@ class GeneratorRunner:
         self.eager_steps = 0
         self.traced_steps = 0
         self.mm_cache_counts = (0, 0)
-        """No tt-metal generator here takes images yet."""
+        """A tt-metal generator runs its vision encoder inside prefill_forward: nothing cached here."""
+        self.rope_deltas: dict[int, int] = {}
+        """An M-RoPE generator's delta of each batch slot's request, from its prefill (calls.rope_deltas)."""
         self.cleanup_log = CleanupLog()
         self._close_device = close_device
         self._closed = False
@@ -186,9 +189,16 @@ class GeneratorRunner:
             kwargs["enable_trace"] = self.trace.prefill
         if params is not None:
             kwargs["sampling_params"] = params
+        if calls.takes_images:
+            kwargs.update(image_inputs(rows))
         table = self.page_table(list(enumerate(rows)), len(rows))
         out = self.generator.prefill_forward(tokens, page_table=table, kv_cache=self.kv.caches,
                                              prompt_lens=[row.context_len for row in rows], **kwargs)
+        if calls.rope_deltas:  # (logits, rope_deltas [B, 1]): kept for the rows' decode steps
+            out, deltas = out
+            values = torch.as_tensor(deltas).reshape(-1).tolist()
+            for slot, delta in zip(self.slots(rows), values, strict=True):
+                self.rope_deltas[slot] = int(delta)
         return torch.as_tensor(out[0] if isinstance(out, tuple) else out).reshape(len(rows), -1)
 
     def decode(self, rows: list[PlannedRow]) -> torch.Tensor:
@@ -210,6 +220,8 @@ class GeneratorRunner:
         table = self.page_table(list(zip(slots, rows, strict=True)), batch)
         params = self._device_params(sampling, list(range(len(rows))), slots, batch)
         kwargs: dict[str, Any] = {} if params is None else {"sampling_params": params}
+        if self.calls.rope_deltas:  # the plugin's authoritative list, one per batch row
+            kwargs["rope_deltas_all_users"] = [self.rope_deltas.get(slot, 0) for slot in range(batch)]
         if self.enable_trace:
             self.traced_steps += 1
         else:
@@ -274,3 +286,4 @@ class GeneratorRunner:
             log.release("device", self._close_device)
         if log.orphans:
             raise CleanupError(list(log.orphans))
+

@@ -67,6 +67,13 @@ class TTCallForms:
     warms_up_decode: bool
     """The generator has warmup_model_prefill / warmup_model_decode, where its traces are captured
     before serving (without the hook a traced step would capture while serving: it runs eager)."""
+    takes_images: bool = False
+    """A multimodal generator (vLLM's SupportsMultiModal marker, `supports_multimodal`): a prefill row's
+    images go to prefill_forward as the Tenstorrent plugin sends them, per-row lists of per-image
+    `pixel_values` (and `image_grid_thw`, each of shape (3,)), None for a row without images."""
+    rope_deltas: bool = False
+    """An M-RoPE model (Qwen2.5-VL): prefill_forward returns (logits, rope_deltas) and decode_forward
+    takes each batch row's delta as `rope_deltas_all_users` (the plugin's mrope_position_delta)."""
 
 
 class TTGenerator(Protocol):

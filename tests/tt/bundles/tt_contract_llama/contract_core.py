@@ -66,6 +66,8 @@ class ContractCore:
 
     floors_resume_offsets = True
     """The newer tt-metal floors a nonzero start_pos (AT); a generator without start_pos has none."""
+    reference: Any = host.HFReference
+    """The host model the numbers come from (a vision-language variant's takes its images)."""
 
     def __init__(self, hf_config: Any, mesh_device: Any, max_batch_size: int, max_seq_len: int,
                  tt_data_parallel: int) -> None:
@@ -76,11 +78,12 @@ class ContractCore:
         self.submeshes = create_submeshes(mesh_device, tt_data_parallel)
         self.max_batch_size = max_batch_size // tt_data_parallel
         """Rows per submesh (tt-metal's model_args[i].max_batch_size)."""
-        self.hf = host.HFReference(str(hf_config._name_or_path))
-        self.num_layers: int = hf_config.num_hidden_layers
-        self.num_kv_heads: int = hf_config.num_key_value_heads
-        self.num_heads: int = hf_config.num_attention_heads
-        self.head_dim: int = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // self.num_heads
+        self.hf = self.reference(str(hf_config._name_or_path))
+        text = hf_config.get_text_config()  # a vision-language model's text_config
+        self.num_layers: int = text.num_hidden_layers
+        self.num_kv_heads: int = text.num_key_value_heads
+        self.num_heads: int = text.num_attention_heads
+        self.head_dim: int = getattr(text, "head_dim", None) or text.hidden_size // self.num_heads
         chips = self.submeshes[0].get_num_devices()
         self.kv_heads_chip = rules.per_chip_kv_heads(self.num_kv_heads, chips)
         self.q_heads_chip = self.num_heads * self.kv_heads_chip // self.num_kv_heads
@@ -181,8 +184,16 @@ class ContractCore:
         ops.fill_row(ttnn, self.submeshes[model_id], self.regions[model_id],
                      table_row[None, s // block: used], length - s, self.kv_heads_chip, self.head_dim)
         self.rows_per_submesh[model_id] += 1
-        logits: torch.Tensor = self.hf.prefill(row[:length], hashes[-1])
+        logits: torch.Tensor = self.hf.prefill(row[:length], hashes[-1], **self.prefill_extras(i))
         return logits
+
+    def prefill_extras(self, row: int) -> dict[str, Any]:
+        """What the host model takes beside row `row`'s tokens in this prefill (a variant's images)."""
+        return {}
+
+    def decode_extras(self, row: int) -> dict[str, Any]:
+        """What the host model takes beside batch row `row`'s token in this decode (a rope delta)."""
+        return {}
 
     # ---- decode -----------------------------------------------------------------------------
     def decode(self, tokens: Any, start_pos: Any, page_table: Any, kv_cache: Any,
@@ -255,7 +266,8 @@ class ContractCore:
             token, before = int(tokens[r, 0]), hashes[-1] if hashes else 0
             after = hash((before, token))
             cache.write(table[r], p, [token], [after])
-            logits[r] = self.hf.decode(context, token, before, after)
+            logits[r] = self.hf.decode(context, token, before, after,
+                                       **self.decode_extras(m * self.max_batch_size + r))
             self.rows_per_submesh[m] += 1
         out = ops.to_device(ttnn, device, logits.nan_to_num(0.0)[None, None], ttnn.bfloat16, ttnn.TILE_LAYOUT)
         return out, logits

@@ -26,6 +26,8 @@ tokens or a violation. The classes (each a bundle, see RULES.md "Variants"):
     TTLlamaOlderForCausalLM    an older generator: OLD's signatures, no capabilities, no warmup hooks
     TTLlamaSamplingForCausalLM also declares supports_sample_on_device: G's sampling_params path, the
                                sampler computed on the host (sampling_generator.py, device_sampler.py)
+    TTQwen2_5_VLForConditionalGeneration  tt-metal's Qwen2.5-VL generator (QV, see the class): images in
+                               prefill, rope deltas out of it and into decode (host_vision.py)
 """
 
 from __future__ import annotations
@@ -298,7 +300,85 @@ class TTLlamaSamplingForCausalLM(sampling.DeviceSampling, TTLlamaForCausalLM):
                           "supports_sample_on_device": True}
 
 
+vision = core.load_by_path(core.HERE / "host_vision.py", "tt_contract_llama_vision")
+
+
+class TTQwen2_5_VLForConditionalGeneration(TTLlamaForCausalLM):
+    """QV tt-metal models/demos/qwen25_vl/tt/generator_vllm.py @ 00493af6
+    `Qwen2_5_VLForConditionalGeneration(QwenVLGenerator, SupportsMultiModal)`: vLLM's multimodal
+    marker; prefill_forward(tokens, page_table, kv_cache, prompt_lens, enable_trace, **kwargs) with
+    the plugin's per-user `pixel_values` / `image_grid_thw` lists, start_pos all 0, returning
+    (logits, rope_deltas); decode_forward taking `rope_deltas_all_users` (persistent per-slot state,
+    kept while the caller sends None). The numbers: HF's Qwen2.5-VL on the host (host_vision.py).
+    Left out of QV: its device sampling (supports_sample_on_device, max_device_top_k) and slot_remap
+    (the caller here never compacts its batch: refused)."""
+
+    supports_multimodal = True  # vLLM interfaces.SupportsMultiModal
+    model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True}
+    reference = vision.VisionReference
+
+    @classmethod
+    def initialize_vllm_model(cls, hf_config: Any, mesh_device: Any, max_batch_size: int,
+                              max_seq_len: int, tt_data_parallel: int = 1,
+                              optimizations: str | None = None) -> TTQwen2_5_VLForConditionalGeneration:
+        require(optimizations is None, f"optimizations={optimizations!r}: QV asserts \"Custom optimizations "
+                "are not supported for this model\"")
+        return cls(hf_config, mesh_device, max_batch_size, max_seq_len, tt_data_parallel)
+
+    def prefill_forward(self, tokens: torch.Tensor, page_table: torch.Tensor, kv_cache: Any,
+                        prompt_lens: Any, enable_trace: bool,
+                        **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        empty_slots = kwargs.pop("empty_slots", None)
+        start_pos = kwargs.pop("start_pos", None)
+        require(start_pos is None or all(int(x) == 0 for x in start_pos), "QV: Prefix caching is not "
+                f"supported for Qwen2_5_VL, got start_pos: {start_pos}")
+        pixel_values, grids = kwargs.pop("pixel_values", None), kwargs.pop("image_grid_thw", None)
+        require(not kwargs, f"prefill_forward got {sorted(kwargs)}: QV takes pixel_values and image_grid_thw")
+        rows = tokens.shape[0]
+        self._images: list[dict[str, Any]] = [{} for _ in range(rows)]
+        for i, user in enumerate(pixel_values or []):
+            if user is None:
+                continue
+            require(isinstance(user, list) and all(torch.is_tensor(p) for p in user),
+                    f"pixel_values[{i}]: QV takes a list of per-image tensors per user (None for a user "
+                    "without images)")
+            grid = None if grids is None or i >= len(grids) else grids[i]
+            require(isinstance(grid, list) and len(grid) == len(user), f"image_grid_thw[{i}]: QV expects one "
+                    "grid per image when pixel_values are provided")
+            assert isinstance(grid, list)
+            require(all(torch.is_tensor(g) and g.ndim == 1 and g.numel() == 3 for g in grid), "QV: Expected "
+                    f"per-image image_grid_thw shape (3,), got {[tuple(g.shape) for g in grid]}")
+            self._images[i] = {"pixel_values": torch.cat(user), "image_grid_thw": torch.stack(grid).long()}
+        require(pixel_values is None or len(pixel_values) == rows,
+                f"pixel_values has {len(pixel_values or [])} users for {rows} prompts")
+        logits = self.prefill_forward_text(tokens, page_table=page_table, kv_cache=kv_cache,
+                                           prompt_lens=prompt_lens, empty_slots=empty_slots,
+                                           enable_trace=enable_trace)
+        lens = prompt_lens if prompt_lens is not None else [tokens.shape[1]] * rows
+        deltas = [self.hf.rope_delta(tokens[i, :int(lens[i])].tolist(), self._images[i].get("image_grid_thw"))
+                  for i in range(rows)]
+        return logits, torch.tensor(deltas)[:, None]
+
+    def prefill_extras(self, row: int) -> dict[str, Any]:
+        return self._images[row]
+
+    def decode_forward(self, *args: Any, **kwargs: Any) -> Any:
+        deltas = kwargs.pop("rope_deltas_all_users", None)
+        require(kwargs.pop("slot_remap", None) is None, "slot_remap: this stand-in leaves QV's remap out")
+        if deltas is not None:  # QV update_rope_deltas: the authoritative list, padded to the batch
+            batch = self.data_parallel * self.max_batch_size
+            require(len(deltas) <= batch, f"rope_deltas_all_users has {len(deltas)} entries for a batch of "
+                    f"{batch}")
+            self._deltas = [int(d) for d in deltas] + [0] * (batch - len(deltas))
+        return super().decode_forward(*args, **kwargs)
+
+    def decode_extras(self, row: int) -> dict[str, Any]:
+        deltas = getattr(self, "_deltas", None)
+        return {"rope_delta": 0 if deltas is None else deltas[row]}
+
+
 VARIANTS: dict[str, type] = {"current": TTLlamaForCausalLM, "chunked": TTLlamaChunkedForCausalLM,
                              "aligned": TTLlamaAlignedForCausalLM, "older": TTLlamaOlderForCausalLM,
-                             "sampling": TTLlamaSamplingForCausalLM}
+                             "sampling": TTLlamaSamplingForCausalLM,
+                             "qwen25_vl": TTQwen2_5_VLForConditionalGeneration}
 """The bundles under variants/<name>/llama/ pick their class here by <name>."""

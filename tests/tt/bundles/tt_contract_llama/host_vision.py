@@ -1,0 +1,75 @@
+"""The host numbers of a vision-language contract generator: HF transformers' Qwen2.5-VL (fp32, eval,
+no_grad; never our model code) over a row's whole context with its images, as HFReference is for
+text (host_compute.py).
+
+A prefill runs the row's tokens with its images (`pixel_values`, `image_grid_thw` as the generator
+was given them) and keeps HF's cache; a decode extends that cache at the rotary position the
+generator's caller gave it: the row's index plus its `rope_delta` (M-RoPE: text after an image sits
+at a position shifted by the image), so a caller that sends no delta, or another row's, gets other
+tokens than HF's. A decode whose cache is gone is refused rather than recomputed without its images.
+Sequences are keyed by the token cache's prefix hashes, which hold no image: two live rows with the
+same tokens and different images would share a key (the tests give each its own prompt).
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections import OrderedDict
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+host = sys.modules["tt_contract_llama_host"]  # host_compute.py, loaded by contract_core.py first
+
+
+@cache
+def hf_vision_model(path: str) -> Any:
+    from transformers import AutoModelForImageTextToText
+    return AutoModelForImageTextToText.from_pretrained(Path(path), dtype=torch.float32).eval()
+
+
+class VisionReference(host.HFReference):  # type: ignore[misc, name-defined]
+    def __init__(self, path: str) -> None:  # HFReference's, over HF's vision-language model
+        self.model = hf_vision_model(path)
+        self.vocab_size: int = self.model.config.get_text_config().vocab_size
+        self.image_token_id: int = int(self.model.config.image_token_id)
+        self._states: OrderedDict[int, Any] = OrderedDict()
+        # transformers 5 names the KV cache `cache` (in and out); older ones `past_key_values`
+        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters \
+            else "past_key_values"
+
+    def rope_delta(self, tokens: list[int], image_grid_thw: torch.Tensor | None = None) -> int:
+        """HF's mrope_position_deltas of the row (get_rope_index; 0 for a row without images)."""
+        if image_grid_thw is None:
+            return 0
+        ids = torch.tensor([tokens])
+        _, delta = self.model.model.get_rope_index(ids, (ids == self.image_token_id).long(), image_grid_thw)
+        return int(delta.reshape(-1)[0])
+
+    @torch.no_grad()
+    def prefill(self, tokens: list[int], last_hash: int, pixel_values: torch.Tensor | None = None,
+                image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
+        ids = torch.tensor([tokens])
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if pixel_values is not None:
+            inputs.update(pixel_values=pixel_values, image_grid_thw=image_grid_thw,
+                          mm_token_type_ids=(ids == self.image_token_id).long())
+        out = self.model(**inputs, use_cache=True)
+        self._keep(last_hash, getattr(out, self._cache_arg))
+        return out.logits[0, -1].float()
+
+    @torch.no_grad()
+    def decode(self, context: list[int], token: int, context_hash: int, new_hash: int,
+               rope_delta: int = 0) -> torch.Tensor:
+        state = self._states.pop(context_hash, None)
+        if state is None:
+            raise RuntimeError("the host model's cache of this sequence is gone (too many live sequences); "
+                               "a vision row cannot be recomputed without its images")
+        position = torch.full((3, 1, 1), len(context) + rope_delta)
+        out = self.model(input_ids=torch.tensor([[token]]), position_ids=position, use_cache=True,
+                         **{self._cache_arg: state})
+        self._keep(new_hash, getattr(out, self._cache_arg))
+        return out.logits[0, -1].float()

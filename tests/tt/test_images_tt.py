@@ -1,0 +1,62 @@
+"""Images on the Tenstorrent path, on a mock n150, over the contract generator's Qwen2.5-VL
+(tests/tt/bundles/tt_contract_llama, variant qwen25_vl: tt-metal's Qwen2_5_VLForConditionalGeneration
+calls, HF's Qwen2.5-VL computing the numbers on the host). A chat prompt with an image, one with two
+images of different grids and a text-only one go through the engine: each prefill hands the images
+over as the Tenstorrent plugin does (per-row lists of per-image pixel_values and (3,) grids), the
+generator's rope deltas come back, and each decode sends them as rope_deltas_all_users. Greedy
+tokens equal HF's, which they do not if the deltas are dropped (decode positions would be the
+token's index, not its M-RoPE position)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tt.mock_device import BUNDLES, run_scenario
+from tests.vision_checkpoints import build_tiny_qwen2_vl, hf_vision_greedy, picture
+
+IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
+MAX_TOKENS = 6
+
+
+def chat(text: str) -> str:
+    return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("tiny_qwen2_5_vl_tt")
+    build_tiny_qwen2_vl(model_dir, out, version="2.5", hidden=128)
+    return out
+
+
+def test_qwen2_5_vl_prefills_with_its_images_and_decodes_with_its_rope_deltas(qwen_dir: Path) -> None:
+    pictures = {1: picture(1, (40, 30)), 2: picture(2, (30, 100)), 3: picture(3, (90, 90))}
+    requests: list[dict[str, Any]] = [
+        {"text": chat(f"{IMAGE}What is in this picture?"), "seeds": [1]},
+        {"text": chat(f"{IMAGE}and {IMAGE}Which is brighter?"), "seeds": [2, 3]},
+        {"text": chat("What is a picture?"), "seeds": []}]
+    params = {"device": "tt", "model": str(qwen_dir), "extra_models_dir": str(BUNDLES / "tt_contract_llama" /
+              "variants" / "qwen25_vl"), "max_model_len": "256", "max_num_seqs": "2",
+              "max_num_batched_tokens": "256", "num_kv_blocks": "32", "dtype": "float32"}
+    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
+            for r in requests]
+    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
+                        requests=sent)
+    refs = [hf_vision_greedy(qwen_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
+            for r in requests]
+    assert seen["tokens"] == [ref.tokens for ref in refs]
+    # one prefill a request, its whole prompt, its images as the plugin sends them: 2x3, then 4x1 and
+    # 3x3 tokens (4x6, 8x2 and 6x6 patches of 3 x 2 x 14 x 14 pixels)
+    assert [call["prompt_lens"] for call in seen["prefills"]] == [[len(ref.prompt)] for ref in refs]
+    assert [call["images"] for call in seen["prefills"]] == [
+        [[[24, 1176]]], [[[16, 1176], [36, 1176]]], [None]]
+    assert [call["grids"] for call in seen["prefills"]] == [[[[1, 4, 6]]], [[[1, 8, 2], [1, 6, 6]]], [None]]
+    # every decode sends each slot's delta: the first request's image takes 3 positions for its 6
+    # tokens (-3), the second's 4 + 3 for 4 + 9 (-6), text none (requests run one after another in slot 0)
+    deltas = {tuple(d[:1]) for d in seen["decode_deltas"]}
+    assert seen["decode_calls"] == 3 * (MAX_TOKENS - 1) and len(seen["decode_deltas"]) == seen["decode_calls"]
+    assert deltas == {(-3,), (-6,), (0,)}
