@@ -1,5 +1,5 @@
 """Tiny random vision-language models (tests/vision_checkpoints.py: LLaVA, Gemma 3 with its vision
-tower, Qwen2-VL, Qwen2.5-VL) served through the real tritonserver and the OpenAI front: a chat
+tower, Qwen2.5-VL) served through the real tritonserver and the OpenAI front: a chat
 request with an image (the openai SDK, a data: URL) and tt_llm's `image` input (tritonclient gRPC;
 `text_input` as vllm_backend takes it, and `input_ids`) give HF transformers' greedy tokens; a
 second request with the same picture reads the encoder cache (`vllm:mm_cache_hits_total`); a prompt
@@ -29,7 +29,6 @@ from tests.vision_checkpoints import (
     build_tiny_gemma3,
     build_tiny_llava,
     build_tiny_qwen2_5_vl,
-    build_tiny_qwen2_vl,
     hf_vision_greedy,
     picture,
 )
@@ -53,9 +52,9 @@ FAMILIES = {
     "llava": Family(build_tiny_llava, "<image>", "USER: <image>\n{question}\nASSISTANT:"),
     "gemma3": Family(build_tiny_gemma3, "<start_of_image>", "<start_of_turn>user\n<start_of_image>{question}"
                      "<end_of_turn>\n<start_of_turn>model\n"),
-    **{name: Family(build, "<|image_pad|>", "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>"
-                    "{question}<|im_end|>\n<|im_start|>assistant\n")
-       for name, build in (("qwen2_vl", build_tiny_qwen2_vl), ("qwen2_5_vl", build_tiny_qwen2_5_vl))},
+    # Qwen2-VL is served by the same class and paths (tests/unit/test_qwen2_vl.py checks both against HF)
+    "qwen2_5_vl": Family(build_tiny_qwen2_5_vl, "<|image_pad|>", "<|im_start|>user\n<|vision_start|>"
+                         "<|image_pad|><|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"),
 }
 
 

@@ -54,13 +54,14 @@ def test_eos_finish_and_min_tokens_match_sync(chat_ids: Any, tokenizer: Any) -> 
     ids = chat_ids("Say OK.")
     requests = [(ids, SamplingParams(max_tokens=64, temperature=0)),
                 (ids, SamplingParams(max_tokens=12, min_tokens=12, temperature=0))]
+    runs = []
     for request in requests:  # one at a time: the EOS arrives while the next step is in flight
         sync, _ = run(False, [request])
         overlapped, _ = run(True, [request])
         assert tokens(overlapped) == tokens(sync)
-    eos_run = tokens(run(True, [requests[0]])[0])[0]
+        runs.append(tokens(overlapped)[0])
+    eos_run, banned_run = runs
     assert eos_run[1] == "stop" and eos_run[0][-1] == tokenizer.eos_token_id and len(eos_run[0]) < 64
-    banned_run = tokens(run(True, [requests[1]])[0])[0]
     assert banned_run[1] == "length" and tokenizer.eos_token_id not in banned_run[0]
 
 

@@ -1,9 +1,8 @@
 """EngineConfig: every engine option, its default, and config-time validation.
 
-`config.pbtxt` parameters map one-to-one to these fields (see `from_parameters`). Options whose
-value depends on the model (`max_model_len`, the KV cache size) are resolved by the engine once
-the model is known, through `resolve_for_model`. A few options default to an environment variable
-(named in their docstring), read when the config is built; an explicit value wins.
+`config.pbtxt` parameters map one-to-one to these fields (`from_parameters`). Options that depend on
+the model (`max_model_len`, the KV cache size) are resolved once it is known (`resolve_for_model`).
+A few default to an environment variable (named in their docstring); an explicit value wins.
 """
 
 from __future__ import annotations
@@ -80,11 +79,9 @@ class EngineConfig:
     """Running requests per lane (the engine runs data_parallel_size x max_num_seqs)."""
     max_num_batched_tokens: int = 2048
     max_prefill_tokens: int | None = None
-    """A waiting prompt joins a prefill step that has rows only while the step stays within this
-    many tokens (a longer prompt starts a step alone); at most max_num_batched_tokens. Unset
-    (`auto`): the device's (`TorchDevice.max_prefill_tokens`: 256 on the CPU, whose prefill is
-    compute-bound, so a smaller step brings its prompts' first tokens sooner at little cost to the
-    rest; max_num_batched_tokens elsewhere). SGLang's option of the same name."""
+    """SGLang's option: a waiting prompt joins a prefill step that has rows only while the step stays
+    within this many tokens (at most max_num_batched_tokens). Unset (`auto`): the device's
+    (`TorchDevice.max_prefill_tokens`: 256 on the CPU, max_num_batched_tokens elsewhere)."""
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     """These two, unset: on when the model declares support; true on a model without it fails."""

@@ -1,20 +1,15 @@
 """The torch devices: CPU by default, CUDA when present (or asked for), one class each.
 
-Both implement `devices.device.Device`, the protocol a ttnn mesh device implements too:
-- `allocate` and `copy_in`: persistent tensors and in-place refreshes of them;
-- `capture(step, inputs)`: record a `StagedStep` once over persistent input tensors (begin/end
-  trace capture); the returned `Capture` replays it after the caller refreshed those inputs;
-- `launch(work)`: enqueue work in device order and return a `Launched` whose `host()` blocks
-  until the result is on the host (an asynchronous read with an event to wait on);
-- `synchronize()`, and `release()` of captures and the device queue;
-- the policy properties (trace mode, prefill batches, host branches, capture order), each value
-  with its reason on the class that has it.
+Both implement `devices.device.Device`, the protocol a ttnn mesh device implements too: `allocate`
+and `copy_in` (persistent tensors, refreshed in place); `capture(step, inputs)` (record a
+`StagedStep` once over persistent inputs; the `Capture` replays it after they are refreshed);
+`launch(work)` (enqueue in device order; `Launched.host()` blocks until the result is on the host);
+`synchronize()` and `release()`; the policy properties, each value with its reason where it is set.
 
 `TorchDevice.for_device` picks the class once. CPU capture is a TorchScript trace of the step
-(measured fastest here; see `CpuTorchDevice.capture`), CUDA capture is a CUDA graph. CPU work
-launched asynchronously runs on one device thread, in order, like a device command queue, and once
-an engine that launches so has started that thread (`start_device_thread`), all its work does; CUDA
-work is launched inline (kernels are asynchronous already).
+(measured fastest here; `CpuTorchDevice.capture`), CUDA capture a CUDA graph. CPU work launched
+asynchronously runs in order on one device thread, like a command queue (all of an engine's work,
+once it started that thread: `start_device_thread`); CUDA work is launched inline.
 """
 
 from __future__ import annotations
@@ -77,8 +72,7 @@ class TorchDevice(ABC):
     captures_largest_first: bool
     default_trace_mode: TraceMode
     dense_prefill_shapes: bool
-    max_prefill_tokens: int | None
-    """The default of the option (None: max_num_batched_tokens)."""
+    max_prefill_tokens: int | None  # the option's default (None: max_num_batched_tokens)
     step_may_branch_on_host: bool
     auto_kv_cache_cap: int | None
     """The most an auto-sized KV cache (kv_cache_memory_bytes=auto) takes here; None: no cap."""
@@ -140,20 +134,18 @@ class CpuTorchDevice(TorchDevice):
     """Every step: one TorchScript graph serves all shapes of a step, so capturing the ~1000 shapes
     of the default model takes under 2 s."""
     dense_prefill_shapes = True
-    """One graph per step function serves every shape, so denser waves and finer lengths cost only
-    their capture: the default model's 293 prefill shapes became 1185, its build 3.6 -> 3.8 s."""
+    """One graph per step function serves every shape, so denser waves cost only their capture (the
+    default model's 293 prefill shapes became 1185, its build 3.6 -> 3.8 s)."""
     max_prefill_tokens = 256
-    """Prefill runs at the CPU's matmul peak, so a bigger step computes little faster per token (8
-    100-token rows took 56 ms a row, 2 rows 65): a burst prefilled a few prompts a step gets its
-    first tokens sooner. Served on a 2-core Zen 4, against 2048: TTFT p50 at 8 concurrent 352 vs
-    511 ms, at 32 1144 vs 1366 ms, output tok/s 2-3% lower."""
+    """Prefill runs at the CPU's matmul peak (8 100-token rows took 56 ms a row, 2 rows 65), so a
+    burst prefilled a few prompts a step gets first tokens sooner: 2-core Zen 4, against 2048, TTFT
+    p50 at 8 concurrent 352 vs 511 ms, at 32 1144 vs 1366 ms, output tok/s 2-3% lower."""
     step_may_branch_on_host = True
     """The step runs on the host: deciding there costs no device round trip."""
     auto_kv_cache_cap = 4 << 30
-    """Host memory is shared with the tokenizer models, the front and whatever else runs, and grows
-    after the cache is sized: a cache of half the free RAM (11 GiB for the default model in float32
-    on a 24 GiB machine) got the model's process OOM-killed when other servers started beside it.
-    vLLM's CPU backend reserves a fixed 4 GiB (VLLM_CPU_KVCACHE_SPACE) by default."""
+    """Host memory is shared and grows after the cache is sized: half the free RAM (11 GiB for the
+    default model in float32 on 24 GiB) got the process OOM-killed when other servers started
+    beside it. vLLM's CPU backend reserves a fixed 4 GiB (VLLM_CPU_KVCACHE_SPACE) by default."""
 
     def __init__(self, device: torch.device) -> None:
         super().__init__(device)
