@@ -27,7 +27,7 @@ serve-cluster: setup
 		--base-port $(CLUSTER_BASE_PORT) -- $(SERVE_ARGS)
 
 test: setup test-deps
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=25
 
 # The Tenstorrent tier: ttnn on mock Wormhole devices, in .venv-tt (Python 3.12; see scripts/setup_tt.sh).
 test-tt:
