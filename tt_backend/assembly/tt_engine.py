@@ -12,7 +12,8 @@ from tt_backend.config import EngineConfig
 from tt_backend.contract.modes import StepMode, TraceMode
 from tt_backend.devices.tt.generator import TTCallForms
 from tt_backend.engine.engine import LLMEngine
-from tt_backend.models.tt_loader import TTLoadedModel, load_tt_model, text_config
+from tt_backend.models.tt_capabilities import text_config
+from tt_backend.models.tt_loader import TTLoadedModel, load_tt_model
 from tt_backend.runtime.config import SamplingConfig, TraceConfig
 from tt_backend.runtime.generator_runner import GeneratorRunner
 from tt_backend.runtime.generator_sampling import TT_MAX_TOP_K

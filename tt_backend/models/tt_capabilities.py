@@ -121,8 +121,7 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
     start_pos = takes(cls, "prefill_forward", "start_pos", declared)
     prefix = bool(caps.get("supports_prefix_caching", False))
     chunked = bool(caps.get("supports_chunked_prefill", False))
-    text = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
-    window = sliding_window(text)
+    window = sliding_window(text_config(hf_config))
     if prefix and window is not None:
         logger.info("%s declares prefix caching, but the model has a sliding window of %d: off (the plugin's "
                     "rule)", cls.__qualname__, window)
@@ -153,9 +152,14 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
 def uses_mrope(hf_config: Any) -> bool:
     """Whether the model's rotary positions are M-RoPE's (vLLM's ModelConfig.uses_mrope: an
     `mrope_section` in its text config's rope parameters)."""
-    text = getattr(hf_config, "text_config", None) or hf_config
+    text = text_config(hf_config)
     for name in ("rope_parameters", "rope_scaling"):
         rope = getattr(text, name, None) or getattr(hf_config, name, None)
         if isinstance(rope, dict) and "mrope_section" in rope:
             return True
     return False
+
+
+def text_config(hf: Any) -> Any:
+    """The text model's config: a vision-language model's `text_config` (as vLLM's hf_text_config)."""
+    return hf.get_text_config() if hasattr(hf, "get_text_config") else hf

@@ -36,7 +36,7 @@ from tt_backend.mesh_options import MeshOptions, submesh_shape
 from tt_backend.models.capabilities import ModelCapabilities, check_lanes, instance_hint
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.registry import build_registry
-from tt_backend.models.tt_capabilities import TTGeneratorTraits, generator_traits
+from tt_backend.models.tt_capabilities import TTGeneratorTraits, generator_traits, text_config
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +186,3 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
                 config.num_kv_blocks, config.block_size, heads, text.num_key_value_heads)
     caps.log_undeclared(entry.arch)
     return TTLoadedModel(config, entry.arch, model_dir, hf, generator, traits, mesh, kv, CleanupLog())
-
-
-def text_config(hf: Any) -> Any:
-    """The text model's config: a vision-language model's `text_config` (as vLLM's hf_text_config)."""
-    return hf.get_text_config() if hasattr(hf, "get_text_config") else hf

@@ -286,4 +286,3 @@ class GeneratorRunner:
             log.release("device", self._close_device)
         if log.orphans:
             raise CleanupError(list(log.orphans))
-
