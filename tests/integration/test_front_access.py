@@ -1,12 +1,15 @@
 """The OpenAI front's access flags through scripts/serve.sh (`--openai-arg`) over a real tritonserver,
 with the `openai` SDK: without the key an AuthenticationError, with it a completion; /health and
 /metrics (tritonserver's, on the front's port) stay open; a CORS preflight gets its headers only for
-the allowed origin; and the key is in no line of the server's log."""
+the allowed origin; the key is in no line of the server's log; and a stop after streamed calls
+unloads every model without waiting out Triton's exit timeout."""
 
 from __future__ import annotations
 
 import secrets
+import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -20,6 +23,10 @@ KEY = f"tt-test-{secrets.token_hex(16)}"
 ORIGIN = "http://app.example:3000"
 
 
+_PROCS: list[subprocess.Popen[bytes]] = []
+"""The module server's serve.sh (the last test stops it)."""
+
+
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     proc, srv = start_server(tmp_path_factory.mktemp("front_access") / "server.log",
@@ -27,6 +34,7 @@ def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                              openai_args=(f"--api-key={KEY}", f"--allowed-origins={ORIGIN}"))
     try:
         wait_ready(proc, srv)  # polls the front's /health, which needs no key
+        _PROCS.append(proc)
         yield srv
     finally:
         stop_server(proc)
@@ -78,3 +86,20 @@ def test_the_key_is_in_no_log_line(keyed: Server) -> None:
     log = keyed.log_text()
     assert "API key: required" in log  # the front said it needs one ...
     assert KEY not in log and KEY[:-1] not in log  # ... and never which
+
+
+def test_a_stop_after_streamed_calls_unloads_every_model_in_time(keyed: Server) -> None:
+    """The front drains each finished gRPC call; cancelling it after its final response (as the
+    front once did) left tt_llm held, and about half such stops waited out Triton's 30 s exit
+    timeout ("Exit timeout expired")."""
+    def one(i: int) -> str:
+        chunks = sdk(keyed, KEY).completions.create(model=MODEL, prompt=f"Count to {i}", max_tokens=2,
+                                                    temperature=0, stream=True)
+        return "".join(chunk.choices[0].text for chunk in chunks if chunk.choices)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(list(pool.map(one, range(40))))
+    stop_server(_PROCS[0])
+    log = keyed.log_text()
+    assert "Exit timeout expired" not in log
+    assert "tt_backend.triton.llm_model: finalized in" in log  # tt_llm's finalize ran, and ended

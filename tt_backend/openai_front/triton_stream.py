@@ -3,8 +3,11 @@
 `tt_llm` takes the vllm_backend schema: `text_input` (or `input_ids` with `return_text_output`,
 for a prompt of token ids), `image` (base64 files, a chat's images), `sampling_parameters` (JSON),
 `stream`, and the `return_*` flags for the finish reason, the server's token counts and logprobs.
-The request side of the gRPC stream stays open until the final response arrives; leaving the
-iteration early (the HTTP client went away) cancels the stream, and Triton ends the request.
+The request side of the gRPC stream stays open until the final response arrives, then closes, and
+Triton ends the call. Leaving the iteration early (the HTTP client went away) cancels the call, and
+Triton ends the request. A call is never cancelled after its final response: with tritonserver 2.51
+that left tt_llm held after the request ended, so that a stop waited out Triton's 30 s exit timeout
+(seen in about half the stops after 40 such calls).
 
 Errors map to HTTP statuses by their gRPC status code, never by their text. Over a stream, Triton
 sends a model's error only as text (`error_message`) unless the stream opens with the header
@@ -115,17 +118,21 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
                "enable_empty_final_response": True}
         await finished.wait()  # keep the request side open until the last response
 
+    # The final delta is yielded once the call has ended (see the module's docstring).
     responses = client.stream_infer(requests(), headers=_GRPC_ERRORS)
+    last: Delta | None = None
+    drained = False
     try:
         async for result, error in responses:
             if error is not None:  # refused by Triton before tt_llm saw it: text, no code
                 raise TritonError.of_code(error.message() or str(error), None)
             out = _delta(result)
-            final = result.get_response().parameters["triton_final_response"].bool_param
-            if out is not None:
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                finished.set()
+                last = out
+            elif out is not None:
                 yield out
-            if final:
-                break
+        drained = True
     except grpc.aio.AioRpcError as exc:  # tt_llm's error, Triton unreachable, or the call broke
         raise TritonError.of_code(exc.details() or str(exc.code()), exc.code()) from None
     except InferenceServerException as exc:  # the stream could not start: its status is a code's name
@@ -133,7 +140,10 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
         raise TritonError.of_code(exc.message() or str(exc), grpc.StatusCode.__members__.get(name)) from None
     finally:
         finished.set()
-        responses.cancel()
+        if not drained:
+            responses.cancel()
+    if last is not None:
+        yield last
 
 
 def _delta(result: Any) -> Delta | None:

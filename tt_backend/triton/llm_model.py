@@ -11,6 +11,7 @@ the response thread.
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import json
 import logging
@@ -41,6 +42,8 @@ from tt_backend.triton.response_builder import ResponseBuilder, Tensors
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_S = 0.05
+FINALIZE_DUMP_S = 10.0
+"""After this long in finalize, every thread's stack goes to the log."""
 
 
 @dataclass
@@ -114,9 +117,15 @@ class TritonPythonModel:
         return None
 
     def finalize(self) -> None:
+        # Triton waits its exit timeout (30 s) on a model that does not unload: if this takes
+        # long, every thread's stack goes to the log, to say where it waits.
+        faulthandler.dump_traceback_later(FINALIZE_DUMP_S, exit=False)
+        started = time.monotonic()
         self.engine.shutdown()
         self._queue.put(_STOP)
         self._thread.join()
+        faulthandler.cancel_dump_traceback_later()
+        logger.info("finalized in %.2f s", time.monotonic() - started)
 
     # ---- intake (Triton's thread) -----------------------------------------------------------
     def _submit(self, request: Any) -> None:
