@@ -64,10 +64,11 @@ def build_tiny_llava(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
     processor.save_pretrained(out)
 
 
-def build_tiny_gemma3(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
+def build_tiny_gemma3(tokenizer_dir: Path, out: Path, seed: int = 0, head_dim: int = 16) -> None:
     """Gemma 3 with its vision tower: a 2-layer text model (a sliding layer of window 8, then a global
-    one) and a 2-layer SigLIP over 32x32 images in 8x8 patches, pooled to 4 soft tokens; the default
-    model's tokenizer with Gemma 3's image tokens added, and transformers' Gemma3Processor."""
+    one; `head_dim` 32 for the Tenstorrent tier's tiles) and a 2-layer SigLIP over 32x32 images in 8x8
+    patches, pooled to 4 soft tokens; the default model's tokenizer with Gemma 3's image tokens added,
+    and transformers' Gemma3Processor."""
     import transformers
     from transformers import AutoTokenizer, Gemma3ImageProcessorPil, Gemma3Processor
 
@@ -76,8 +77,8 @@ def build_tiny_gemma3(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
     tokenizer.chat_template = GEMMA3_TEMPLATE
     text = transformers.Gemma3TextConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-        sliding_window=8, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=512,
+        sliding_window=8, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=head_dim,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
     vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                              num_attention_heads=2, image_size=32, patch_size=8,

@@ -15,12 +15,14 @@ from tt_backend.sampling.params import SamplingParams
 from tt_backend.text.images import ImageLimits, decode_image
 
 
-def engine_images(params: dict[str, str], requests: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
-    """Each request: {"text": the prompt, with one placeholder per image, "images": base64 files}."""
+def engine_images(params: dict[str, str], requests: list[dict[str, Any]], max_tokens: int,
+                  together: bool = False) -> dict[str, Any]:
+    """Each request: {"text": the prompt, with one placeholder per image, "images": base64 files}.
+    One after another, or `together`: all added before the engine starts (one step prefills them)."""
     llm = build_engine(EngineConfig.from_parameters(params))
     runner: Any = llm.runner
     generator = runner.generator
-    prefill, decode = generator.prefill_forward, generator.decode_forward
+    prefill, decode, runner_prefill = generator.prefill_forward, generator.decode_forward, runner.prefill
     prefills: list[dict[str, Any]] = []
     decode_deltas: list[list[int]] = []
 
@@ -29,36 +31,50 @@ def engine_images(params: dict[str, str], requests: list[dict[str, Any]], max_to
         prefills.append({"prompt_lens": list(kwargs["prompt_lens"]),
                          "images": [None if p is None else [list(x.shape) for x in p]
                                     for p in kwargs.get("pixel_values", [None] * tokens.shape[0])],
-                         "grids": [None if g is None else [x.tolist() for x in g] for g in grids]})
+                         "grids": [None if g is None else [x.tolist() for x in g] for g in grids],
+                         "enable_trace": kwargs.get("enable_trace")})
         return prefill(tokens, **kwargs)
 
     def recording_decode(*args: Any, **kwargs: Any) -> Any:
         decode_deltas.append(list(kwargs.get("rope_deltas_all_users") or []))
         return decode(*args, **kwargs)
 
+    steps_with_prefill = 0
+
+    def counting_prefill(*args: Any, **kwargs: Any) -> Any:
+        nonlocal steps_with_prefill
+        steps_with_prefill += 1
+        return runner_prefill(*args, **kwargs)
+
     generator.prefill_forward, generator.decode_forward = recording_prefill, recording_decode
+    runner.prefill = counting_prefill
     outputs: list[list[int]] = [[] for _ in requests]
     errors: list[str] = []
-    llm.start()
+    done = [threading.Event() for _ in requests]
+    if not together:
+        llm.start()
     try:
         for i, request in enumerate(requests):
-            done = threading.Event()
-
-            def on_output(out: RequestOutput, i: int = i, done: threading.Event = done) -> None:
+            def on_output(out: RequestOutput, i: int = i) -> None:
                 outputs[i].extend(out.new_token_ids)
                 if out.error is not None:
                     errors.append(out.error)
                 if out.finished or out.error is not None:
-                    done.set()
+                    done[i].set()
             images = tuple(decode_image(base64.b64decode(data), "image", ImageLimits())
                            for data in request["images"])
             ids = llm.tokenizer(request["text"]).input_ids
             greedy = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
             llm.add_request(f"r{i}", ids, greedy, on_output, images, request["text"])
-            assert done.wait(timeout=600), f"request r{i} did not finish"
+            if not together:
+                assert done[i].wait(timeout=600), f"request r{i} did not finish"
+        if together:
+            llm.start()
+            assert all(event.wait(timeout=600) for event in done), "a request did not finish"
         assert not errors, errors[0]
         seen = {"prefill_calls": generator.prefill_calls, "decode_calls": generator.decode_calls}
     finally:
         llm.shutdown()
     return {"tokens": outputs, "prefills": prefills, "decode_deltas": decode_deltas, **seen,
+            "steps_with_prefill": steps_with_prefill, "trace_prefill": runner.trace.prefill,
             "eager_steps": runner.eager_steps, "traced_steps": runner.traced_steps}

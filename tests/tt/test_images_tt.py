@@ -14,9 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from transformers import AutoTokenizer
 
 from tests.tt.mock_device import BUNDLES, run_scenario
-from tests.vision_checkpoints import build_tiny_qwen2_vl, hf_vision_greedy, picture
+from tests.vision_checkpoints import (
+    GEMMA3_IMAGE_TOKENS,
+    build_tiny_gemma3,
+    build_tiny_qwen2_vl,
+    hf_vision_greedy,
+    picture,
+)
 
 IMAGE = "<|vision_start|><|image_pad|><|vision_end|>"
 MAX_TOKENS = 6
@@ -60,3 +67,49 @@ def test_qwen2_5_vl_prefills_with_its_images_and_decodes_with_its_rope_deltas(qw
     deltas = {tuple(d[:1]) for d in seen["decode_deltas"]}
     assert seen["decode_calls"] == 3 * (MAX_TOKENS - 1) and len(seen["decode_deltas"]) == seen["decode_calls"]
     assert deltas == {(-3,), (-6,), (0,)}
+
+
+GEMMA_IMAGE = "<start_of_image>"
+
+
+def gemma_chat(text: str) -> str:
+    return f"<start_of_turn>user\n{text}<end_of_turn>\n<start_of_turn>model\n"
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("tiny_gemma3_tt")
+    build_tiny_gemma3(model_dir, out, head_dim=32)
+    return out
+
+
+def test_gemma3_prefills_each_image_row_alone_untraced_with_its_images(gemma_dir: Path) -> None:
+    """Variant gemma3_vision (tt-metal's Gemma3ForConditionalGeneration: images through
+    prefill_forward_text, rules 80-84): two image requests and a text one, all in flight together
+    (max_num_seqs 3), so one scheduler step prefills all three; each row with images goes to its own
+    untraced prefill_forward, the text row may be traced, and greedy tokens equal HF's."""
+    pictures = {1: picture(1, (40, 30)), 2: picture(2, (30, 100)), 3: picture(3, (90, 90))}
+    requests: list[dict[str, Any]] = [
+        {"text": gemma_chat(f"{GEMMA_IMAGE}What is in this picture?"), "seeds": [1]},
+        {"text": gemma_chat(f"{GEMMA_IMAGE} and {GEMMA_IMAGE}: which is brighter?"), "seeds": [2, 3]},
+        {"text": gemma_chat("What is a picture?"), "seeds": []}]
+    params = {"device": "tt", "model": str(gemma_dir), "extra_models_dir": str(BUNDLES / "tt_contract_llama" /
+              "variants" / "gemma3_vision"), "max_model_len": "256", "max_num_seqs": "3",
+              "max_num_batched_tokens": "256", "num_kv_blocks": "48", "dtype": "float32", "trace_mode": "all"}
+    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
+            for r in requests]
+    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
+                        requests=sent, together=True)
+    refs = [hf_vision_greedy(gemma_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
+            for r in requests]
+    assert seen["tokens"] == [ref.tokens for ref in refs]
+    # the images as the plugin sends Gemma 3's: per image [1, 3, 32, 32] (no crops); each row with
+    # images alone in an untraced call; the text row traced as text prefills are
+    soft = AutoTokenizer.from_pretrained(gemma_dir).convert_tokens_to_ids("<image_soft_token>")
+    assert [ref.prompt.count(soft) for ref in refs] == [GEMMA3_IMAGE_TOKENS, 2 * GEMMA3_IMAGE_TOKENS, 0]
+    lens = [len(ref.prompt) for ref in refs]
+    calls = sorted(((c["prompt_lens"], c["images"], c["enable_trace"]) for c in seen["prefills"]), key=str)
+    assert calls == sorted([([lens[0]], [[[1, 3, 32, 32]]], False),
+                            ([lens[1]], [[[1, 3, 32, 32], [1, 3, 32, 32]]], False),
+                            ([lens[2]], [None], seen["trace_prefill"])], key=str)
+    assert seen["steps_with_prefill"] == 1  # all three prefilled in one scheduler step

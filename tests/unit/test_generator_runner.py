@@ -264,23 +264,27 @@ def test_images_go_to_prefill_as_the_plugin_sends_them_and_rope_deltas_come_back
     from tt_backend.contract.step import ImageSpan
 
     calls = dataclasses.replace(CALLS, takes_images=True, rope_deltas=True)
-    runner, _, _ = _runner(calls=calls)
+    runner, _, _ = _runner(trace=TraceMode.ALL, calls=calls)
     generator = MropeGenerator()
     runner.generator = generator
     pixels = [{"pixel_values": torch.full((4, 6), float(n)), "image_grid_thw": torch.tensor([[1, 2, 2]])}
               for n in (1, 2)]
     images = tuple(ImageSpan(f"k{n}", 1 + n, 1, pixels[n], grid=(1, 1, 1)) for n in (0, 1))
     rows = [PlannedRow((3, 9, 9, 4), 0, (1,), True, lane=0, slot=1, images=images),
-            PlannedRow((5, 6), 0, (7,), True, lane=1, slot=0)]
+            PlannedRow((5, 6), 0, (7,), True, lane=1, slot=0),
+            PlannedRow((8, 8, 8), 0, (2,), True, lane=1, slot=1)]
     runner.prefill(rows)
-    (_, call), = generator.calls
-    sent = [None if p is None else [t[0, 0].item() for t in p] for p in call["pixel_values"]]
-    assert sent == [[1.0, 2.0], None]
-    assert [None if g is None else [t.tolist() for t in g] for g in call["image_grid_thw"]] == \
-        [[[1, 2, 2], [1, 2, 2]], None]
+    # the text rows together and traced; the row with images alone and untraced (tt-metal's batched
+    # prefill hands every row the first row's images; its traced prefill drops them)
+    text, image = (call for _, call in generator.calls)
+    assert (text["tokens"].shape[0], text["pixel_values"], text["enable_trace"]) == (2, [None, None], True)
+    assert "image_grid_thw" not in text
+    assert ([[t[0, 0].item() for t in p] for p in image["pixel_values"]], image["enable_trace"]) == \
+        ([[1.0, 2.0]], False)
+    assert [[t.tolist() for t in g] for g in image["image_grid_thw"]] == [[[1, 2, 2], [1, 2, 2]]]
     # each row's delta is kept at its batch slot (lane x capacity + slot) and sent with every decode
     runner.decode([PlannedRow((4,), 4, (1,), True, lane=0, slot=1), PlannedRow((6,), 2, (7,), True, lane=1)])
-    assert generator.calls[-1][1]["rope_deltas_all_users"] == [0, -3, -5, 0]
+    assert generator.calls[-1][1]["rope_deltas_all_users"] == [0, -3, -5, -8]
 
 
 def test_a_text_generator_gets_no_image_or_rope_arguments() -> None:

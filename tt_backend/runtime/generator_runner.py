@@ -148,10 +148,11 @@ class GeneratorRunner:
     def prefill_calls(self, rows: list[PlannedRow], device_sampled: bool = False) -> list[list[int]]:
         """The rows (indices) of each prefill_forward call: the rows from position 0 together (each
         alone with batched prefill off); a row past a cached prefix or an earlier chunk alone
-        (tt-metal's batched prefill does not read start_pos). Device-sampled rows go together only
-        at slots 0 .. B-1: tt-metal's batched prefill writes row i's token at its slot's index."""
-        fresh = [i for i, row in enumerate(rows) if row.start_position == 0]
-        resumed = [[i] for i, row in enumerate(rows) if row.start_position > 0]
+        (tt-metal's batched prefill does not read start_pos), and a row with images alone (it hands
+        every row the first row's images). Device-sampled rows go together only at slots 0 .. B-1:
+        tt-metal's batched prefill writes row i's token at its slot's index."""
+        fresh = [i for i, row in enumerate(rows) if row.start_position == 0 and not row.images]
+        resumed = [[i] for i, row in enumerate(rows) if row.start_position > 0 or row.images]
         batched = self.batched_prefill and bool(fresh) and (
             not device_sampled or self.slots([rows[i] for i in fresh]) == list(range(len(fresh))))
         together = [fresh] if batched else [[i] for i in fresh]
@@ -185,8 +186,8 @@ class GeneratorRunner:
             raise AssertionError("a row past position 0 reached a generator that takes no start_pos")
         if calls.takes_empty_slots:
             kwargs["empty_slots"] = self.slots(rows)
-        if calls.takes_prefill_trace:
-            kwargs["enable_trace"] = self.trace.prefill
+        if calls.takes_prefill_trace:  # images untraced: tt-metal's traced prefill drops them
+            kwargs["enable_trace"] = self.trace.prefill and not any(row.images for row in rows)
         if params is not None:
             kwargs["sampling_params"] = params
         if calls.takes_images:

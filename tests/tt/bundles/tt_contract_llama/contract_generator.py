@@ -28,6 +28,8 @@ tokens or a violation. The classes (each a bundle, see RULES.md "Variants"):
                                sampler computed on the host (sampling_generator.py, device_sampler.py)
     TTQwen2_5_VLForConditionalGeneration  tt-metal's Qwen2.5-VL generator (QV, see the class): images in
                                prefill, rope deltas out of it and into decode (host_vision.py)
+    TTGemma3ForConditionalGeneration  tt-metal's Gemma 3 generator (GM, see the class): images through
+                               G's prefill_forward_text, one row per prefill, untraced
 """
 
 from __future__ import annotations
@@ -377,8 +379,63 @@ class TTQwen2_5_VLForConditionalGeneration(TTLlamaForCausalLM):
         return {"rope_delta": 0 if deltas is None else deltas[row]}
 
 
+class TTGemma3ForConditionalGeneration(TTLlamaForCausalLM):
+    """GM tt-metal models/tt_transformers/tt/generator_vllm.py `Gemma3ForConditionalGeneration`, the
+    newest found (index id 54494048887: `HybridAttentionForCausalLM(Generator), SupportsMultiModal`,
+    hybrid KV groups off, so prefill_forward(*args, page_tables_per_layer=None, **kwargs) is
+    `prefill_forward_text(*args, **kwargs)`; @ 0015d62b the same through prefill_forward_text /
+    decode_forward_text), with G's image path in prefill_forward_text (index id 66647718705: each
+    row's `pixel_values[idx]` goes to the model's prepare_inputs_prefill) and GE
+    models/demos/multimodal/gemma3/tt/gemma_e2e_model.py @ 40f0594d (compute_vision_token: each
+    image [n, 3, H, W]; the features replace the `image_token_index` tokens in order, masked_scatter).
+    Rules 80-84. The numbers: HF's Gemma 3 on the host (host_vision.py Gemma3Reference). Left out:
+    GM's device sampling (supports_sample_on_device) and per-layer page tables."""
+
+    supports_multimodal = True  # vLLM interfaces.SupportsMultiModal
+    model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True}
+    reference = vision.Gemma3Reference
+
+    def prefill_forward(self, *args: Any, page_tables_per_layer: Any = None, **kwargs: Any) -> torch.Tensor:
+        return self.prefill_forward_text(*args, **kwargs)
+
+    def prefill_forward_text(self, tokens: torch.Tensor, *args: Any, pixel_values: Any = None,
+                             image_grid_thw: Any = None, **kwargs: Any) -> torch.Tensor:
+        rows = tokens.shape[0]
+        self._images: list[dict[str, Any]] = [{} for _ in range(rows)]
+        require(pixel_values is None or (isinstance(pixel_values, list) and len(pixel_values) == rows),
+                f"pixel_values: G takes one entry per row of tokens ({rows}), got "
+                f"{type(pixel_values).__name__} of {len(pixel_values or [])}")
+        starts = kwargs.get("start_pos")
+        lens = kwargs.get("prompt_lens")
+        for i, user in enumerate(pixel_values or []):
+            if user is None:
+                continue
+            shaped = all(torch.is_tensor(p) and p.ndim == 4 and p.shape[1] == 3 for p in user)
+            require(isinstance(user, list) and shaped,
+                    f"pixel_values[{i}]: GE compute_vision_token takes a list of [n, 3, H, W] tensors a row")
+            require(rows == 1, f"a prefill of {rows} rows with images: G's batched prefill hands every "
+                    "row pixel_values[0]")
+            require(not kwargs.get("enable_trace", True), "a traced prefill with images: G "
+                    "_easy_trace_prefill drops them (it reads only global_user_id)")
+            start = 0 if starts is None else int(starts[i])
+            require(start == 0, f"row {i}: start_pos {start} with images: GE scatters the features from "
+                    "the first image token of the chunk it is given")
+            pixels = torch.cat(user)
+            length = int(lens[i]) if lens is not None else tokens.shape[1]
+            marked = int((tokens[i, :length] == self.hf.image_token_id).sum())
+            require(marked == pixels.shape[0] * self.hf.mm_tokens_per_image,
+                    f"row {i}: {marked} image tokens for {pixels.shape[0]} images of "
+                    f"{self.hf.mm_tokens_per_image} (GE masked_scatter fills them in order)")
+            self._images[i] = {"pixel_values": pixels}
+        return super().prefill_forward_text(tokens, *args, **kwargs)
+
+    def prefill_extras(self, row: int) -> dict[str, Any]:
+        return self._images[row]
+
+
 VARIANTS: dict[str, type] = {"current": TTLlamaForCausalLM, "chunked": TTLlamaChunkedForCausalLM,
                              "aligned": TTLlamaAlignedForCausalLM, "older": TTLlamaOlderForCausalLM,
                              "sampling": TTLlamaSamplingForCausalLM,
-                             "qwen25_vl": TTQwen2_5_VLForConditionalGeneration}
+                             "qwen25_vl": TTQwen2_5_VLForConditionalGeneration,
+                             "gemma3_vision": TTGemma3ForConditionalGeneration}
 """The bundles under variants/<name>/llama/ pick their class here by <name>."""

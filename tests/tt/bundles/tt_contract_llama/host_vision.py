@@ -1,5 +1,5 @@
-"""The host numbers of a vision-language contract generator: HF transformers' Qwen2.5-VL (fp32, eval,
-no_grad; never our model code) over a row's whole context with its images, as HFReference is for
+"""The host numbers of a vision-language contract generator: HF transformers' Qwen2.5-VL or Gemma 3
+(fp32, eval, no_grad; never our model code) over a row's whole context with its images, as HFReference is for
 text (host_compute.py).
 
 A prefill runs the row's tokens with its images (`pixel_values`, `image_grid_thw` as the generator
@@ -70,6 +70,44 @@ class VisionReference(host.HFReference):  # type: ignore[misc, name-defined]
                                "a vision row cannot be recomputed without its images")
         position = torch.full((3, 1, 1), len(context) + rope_delta)
         out = self.model(input_ids=torch.tensor([[token]]), position_ids=position, use_cache=True,
+                         **{self._cache_arg: state})
+        self._keep(new_hash, getattr(out, self._cache_arg))
+        return out.logits[0, -1].float()
+
+
+class Gemma3Reference(VisionReference):
+    """HF's Gemma 3 (Gemma3ForConditionalGeneration): a prefill marks its image tokens by
+    `token_type_ids` (HF's mask lets an image's tokens see each other both ways); positions are plain
+    indices, so a decode takes no delta."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.mm_tokens_per_image: int = int(self.model.config.mm_tokens_per_image)
+
+    def rope_delta(self, tokens: list[int], image_grid_thw: torch.Tensor | None = None) -> int:
+        raise NotImplementedError("Gemma 3 has no M-RoPE")
+
+    @torch.no_grad()
+    def prefill(self, tokens: list[int], last_hash: int, pixel_values: torch.Tensor | None = None,
+                image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
+        ids = torch.tensor([tokens])
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                  "token_type_ids": (ids == self.image_token_id).long()}
+        if pixel_values is not None:
+            inputs["pixel_values"] = pixel_values
+        out = self.model(**inputs, use_cache=True)
+        self._keep(last_hash, getattr(out, self._cache_arg))
+        return out.logits[0, -1].float()
+
+    @torch.no_grad()
+    def decode(self, context: list[int], token: int, context_hash: int, new_hash: int,
+               rope_delta: int = 0) -> torch.Tensor:
+        state = self._states.pop(context_hash, None)
+        if state is None:
+            raise RuntimeError("the host model's cache of this sequence is gone (too many live sequences); "
+                               "a vision row cannot be recomputed without its images")
+        ids = torch.tensor([[token]])
+        out = self.model(input_ids=ids, token_type_ids=torch.zeros_like(ids), use_cache=True,
                          **{self._cache_arg: state})
         self._keep(new_hash, getattr(out, self._cache_arg))
         return out.logits[0, -1].float()
