@@ -53,13 +53,24 @@ class VisionReference(host.HFReference):  # type: ignore[misc, name-defined]
     def prefill(self, tokens: list[int], last_hash: int, pixel_values: torch.Tensor | None = None,
                 image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
         ids = torch.tensor([tokens])
-        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if pixel_values is not None:
-            inputs.update(pixel_values=pixel_values, image_grid_thw=image_grid_thw,
-                          mm_token_type_ids=(ids == self.image_token_id).long())
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                  **self._image_inputs(ids, pixel_values, image_grid_thw)}
         out = self.model(**inputs, use_cache=True)
         self._keep(last_hash, getattr(out, self._cache_arg))
         return out.logits[0, -1].float()
+
+    def _image_inputs(self, ids: torch.Tensor, pixel_values: torch.Tensor | None,
+                      image_grid_thw: torch.Tensor | None) -> dict[str, Any]:
+        """What HF's model takes beside a prefill's ids: Qwen2.5-VL's images and their token marks."""
+        if pixel_values is None:
+            return {}
+        return {"pixel_values": pixel_values, "image_grid_thw": image_grid_thw,
+                "mm_token_type_ids": (ids == self.image_token_id).long()}
+
+    def _step_inputs(self, token: int, index: int, rope_delta: int) -> dict[str, Any]:
+        """A decode's inputs: M-RoPE positions at the token's index plus the row's delta."""
+        position = torch.full((3, 1, 1), index + rope_delta)
+        return {"input_ids": torch.tensor([[token]]), "position_ids": position}
 
     @torch.no_grad()
     def decode(self, context: list[int], token: int, context_hash: int, new_hash: int,
@@ -68,8 +79,7 @@ class VisionReference(host.HFReference):  # type: ignore[misc, name-defined]
         if state is None:
             raise RuntimeError("the host model's cache of this sequence is gone (too many live sequences); "
                                "a vision row cannot be recomputed without its images")
-        position = torch.full((3, 1, 1), len(context) + rope_delta)
-        out = self.model(input_ids=torch.tensor([[token]]), position_ids=position, use_cache=True,
+        out = self.model(**self._step_inputs(token, len(context), rope_delta), use_cache=True,
                          **{self._cache_arg: state})
         self._keep(new_hash, getattr(out, self._cache_arg))
         return out.logits[0, -1].float()
@@ -87,27 +97,11 @@ class Gemma3Reference(VisionReference):
     def rope_delta(self, tokens: list[int], image_grid_thw: torch.Tensor | None = None) -> int:
         raise NotImplementedError("Gemma 3 has no M-RoPE")
 
-    @torch.no_grad()
-    def prefill(self, tokens: list[int], last_hash: int, pixel_values: torch.Tensor | None = None,
-                image_grid_thw: torch.Tensor | None = None) -> torch.Tensor:
-        ids = torch.tensor([tokens])
-        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                  "token_type_ids": (ids == self.image_token_id).long()}
-        if pixel_values is not None:
-            inputs["pixel_values"] = pixel_values
-        out = self.model(**inputs, use_cache=True)
-        self._keep(last_hash, getattr(out, self._cache_arg))
-        return out.logits[0, -1].float()
+    def _image_inputs(self, ids: torch.Tensor, pixel_values: torch.Tensor | None,
+                      image_grid_thw: torch.Tensor | None) -> dict[str, Any]:
+        marks = {"token_type_ids": (ids == self.image_token_id).long()}
+        return marks if pixel_values is None else {**marks, "pixel_values": pixel_values}
 
-    @torch.no_grad()
-    def decode(self, context: list[int], token: int, context_hash: int, new_hash: int,
-               rope_delta: int = 0) -> torch.Tensor:
-        state = self._states.pop(context_hash, None)
-        if state is None:
-            raise RuntimeError("the host model's cache of this sequence is gone (too many live sequences); "
-                               "a vision row cannot be recomputed without its images")
+    def _step_inputs(self, token: int, index: int, rope_delta: int) -> dict[str, Any]:
         ids = torch.tensor([[token]])
-        out = self.model(input_ids=ids, token_type_ids=torch.zeros_like(ids), use_cache=True,
-                         **{self._cache_arg: state})
-        self._keep(new_hash, getattr(out, self._cache_arg))
-        return out.logits[0, -1].float()
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids)}
