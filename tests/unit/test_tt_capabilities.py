@@ -163,3 +163,17 @@ def test_a_multimodal_generator_takes_images_and_an_mrope_one_rope_deltas() -> N
     text = generator_traits(Current, qwen, 4, 32)
     assert not text.capabilities.takes_images
     assert (text.calls.takes_images, text.calls.rope_deltas) == (False, False)
+
+
+def test_a_generator_whose_images_nothing_reaches_is_served_text_only() -> None:
+    """tt-metal's Mistral3ForConditionalGeneration reads images only from `images` objects the plugin
+    never sends (docs/tt_multimodal_generators.md 2.3): the loader serves it text only."""
+    from tt_backend.models.registry import TT_BUILTINS, TT_IMAGES_UNREACHABLE
+    from tt_backend.models.tt_capabilities import without_images
+
+    assert set(TT_IMAGES_UNREACHABLE) == {"TTMistral3ForConditionalGeneration"} <= set(TT_BUILTINS)
+    qwen_like = generator_traits(Multimodal, HF, 4, 32)
+    text_only = without_images(qwen_like)
+    assert not text_only.capabilities.takes_images
+    assert (text_only.calls.takes_images, text_only.calls.rope_deltas) == (False, False)
+    assert text_only.capabilities.async_decode and text_only.calls.takes_prefill_trace  # the rest kept

@@ -66,6 +66,14 @@ TT_REFUSED = {
         "plugin's V1 runner refuses encoder-decoder models too, and this backend does not serve it yet"),
 }
 """Architectures tt-metal has a generator for that the Tenstorrent path refuses, and why."""
+TT_IMAGES_UNREACHABLE = {
+    "TTMistral3ForConditionalGeneration": (
+        "tt-metal's Mistral3ForConditionalGeneration.prefill_forward takes images only as `images` objects "
+        "(with pixel_values and image_sizes), which the Tenstorrent plugin never sends, and passes no "
+        "enable_trace on, so a traced prefill would drop them as well (docs/tt_multimodal_generators.md "
+        "2.3); it is served text only, and a request with images is refused"),
+}
+"""Multimodal generators whose images no caller's arguments reach: served text only, and why."""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ where a signature is explicit (no **kwargs) and does not name it. `tt_data_paral
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -95,6 +96,13 @@ def read_form(cls: type) -> bool:
         "tt-metal's read_decode_output(tt_out, async_read=False) nor the older (tt_out, unpadded_batch, "
         "is_tokens=False); use a tt-metal whose Generator has one of them (see the README's Tenstorrent "
         "section for the versions)")
+
+
+def without_images(traits: TTGeneratorTraits) -> TTGeneratorTraits:
+    """`traits` of a multimodal generator served text only (requests with images refused)."""
+    capabilities = dataclasses.replace(traits.capabilities, takes_images=False)
+    calls = dataclasses.replace(traits.calls, takes_images=False, rope_deltas=False)
+    return dataclasses.replace(traits, capabilities=capabilities, calls=calls)
 
 
 def sliding_window(hf_config: Any) -> int | None:

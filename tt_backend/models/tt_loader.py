@@ -35,8 +35,8 @@ from tt_backend.devices.tt.mesh import TTMesh, check_decode_batch, import_ttnn, 
 from tt_backend.mesh_options import MeshOptions, submesh_shape
 from tt_backend.models.capabilities import ModelCapabilities, check_lanes, instance_hint
 from tt_backend.models.checkpoint import resolve_model_dir
-from tt_backend.models.registry import build_registry
-from tt_backend.models.tt_capabilities import TTGeneratorTraits, generator_traits, text_config
+from tt_backend.models.registry import TT_IMAGES_UNREACHABLE, build_registry
+from tt_backend.models.tt_capabilities import TTGeneratorTraits, generator_traits, text_config, without_images
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,9 @@ def load_tt_model(config: EngineConfig) -> TTLoadedModel:
                          "install tt-metal's models package, or add a bundle with extra_models_dir") from None
     lanes = config.data_parallel_size
     traits = generator_traits(cls, hf, config.max_num_seqs, config.block_size)
+    if entry.arch in TT_IMAGES_UNREACHABLE and traits.capabilities.takes_images:
+        logger.warning("tt: %s: images off: %s", entry.arch, TT_IMAGES_UNREACHABLE[entry.arch])
+        traits = without_images(traits)
     caps = traits.capabilities
     check_lanes(entry.arch, caps, lanes)
     if lanes > 1 and not traits.calls.takes_empty_slots:
