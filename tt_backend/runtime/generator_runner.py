@@ -152,11 +152,11 @@ class GeneratorRunner:
         every row the first row's images). Device-sampled rows go together only at slots 0 .. B-1:
         tt-metal's batched prefill writes row i's token at its slot's index."""
         fresh = [i for i, row in enumerate(rows) if row.start_position == 0 and not row.images]
-        resumed = [[i] for i, row in enumerate(rows) if row.start_position > 0 or row.images]
+        alone = [[i] for i, row in enumerate(rows) if row.start_position > 0 or row.images]
         batched = self.batched_prefill and bool(fresh) and (
             not device_sampled or self.slots([rows[i] for i in fresh]) == list(range(len(fresh))))
         together = [fresh] if batched else [[i] for i in fresh]
-        return together + resumed
+        return together + alone
 
     def prefill(self, rows: list[PlannedRow], sampling: SamplingPlan | None = None) -> torch.Tensor:
         """Logits [rows, V] of each row's last token; with device `sampling`, its token [rows]."""

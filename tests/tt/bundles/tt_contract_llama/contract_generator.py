@@ -410,8 +410,9 @@ class TTGemma3ForConditionalGeneration(TTLlamaForCausalLM):
         for i, user in enumerate(pixel_values or []):
             if user is None:
                 continue
-            shaped = all(torch.is_tensor(p) and p.ndim == 4 and p.shape[1] == 3 for p in user)
-            require(isinstance(user, list) and shaped,
+            shaped = isinstance(user, list) and all(torch.is_tensor(p) and p.ndim == 4 and p.shape[1] == 3
+                                                    for p in user)
+            require(shaped,
                     f"pixel_values[{i}]: GE compute_vision_token takes a list of [n, 3, H, W] tensors a row")
             require(rows == 1, f"a prefill of {rows} rows with images: G's batched prefill hands every "
                     "row pixel_values[0]")
