@@ -77,14 +77,15 @@ class _Builder:
         return {"text_output": out.text}
 
 
-def model_with(module: Any, *requests: tuple[str, bool]) -> tuple[Any, dict[str, _Sender]]:
+def model_with(module: Any, *requests: tuple[str, bool], code_in_message: bool = False
+               ) -> tuple[Any, dict[str, _Sender]]:
     model = module.TritonPythonModel()
     model.engine = _Engine()
     model._live = {}
     senders = {}
     for request_id, fail in requests:
         senders[request_id] = _Sender()
-        model._live[request_id] = module._Live(senders[request_id], _Builder(fail))
+        model._live[request_id] = module._Live(senders[request_id], _Builder(fail), code_in_message)
     return model, senders
 
 
@@ -127,9 +128,47 @@ def test_refusals_at_intake_carry_the_code_of_their_exception(llm_model: Any) ->
     for exc in (ValueError("top_p must be in (0, 1], got 5.0"), CapacityError("full"),
                 UnavailableError("shutting down"), OverflowError("too big"), KeyError("ours")):
         sender = _Sender()
-        model._handle(llm_model._Reject(sender, str(exc), "x", llm_model.kind_of(exc)))
+        model._handle(llm_model._Reject(sender, str(exc), "x", llm_model.kind_of(exc), False))
         [(response, flags)] = sender.sent
         assert flags == FINAL
         codes.append(response.error.code)
     assert codes == [_TritonError.INVALID_ARG, _TritonError.UNAVAILABLE, _TritonError.UNAVAILABLE,
                      _TritonError.INVALID_ARG, _TritonError.INTERNAL]
+
+
+class _Request:
+    def __init__(self, parameters: str) -> None:
+        self._parameters = parameters
+
+    def parameters(self) -> str:
+        return self._parameters
+
+
+def test_a_request_asks_for_the_code_in_the_message_only_with_the_parameter_true(llm_model: Any) -> None:
+    from tt_backend.triton.errors import wants_code_in_message
+
+    asked = [wants_code_in_message(_Request(p)) for p in (
+        '{"error_code_in_message": true}', '{}', "", '{"error_code_in_message": "true"}',
+        '{"error_code_in_message": 1}', "not json", "[1]")]
+    assert asked == [True, False, False, False, False, False, False]
+
+
+def test_errors_asked_with_their_code_carry_it_at_the_head_of_the_text(llm_model: Any) -> None:
+    """The OpenAI front's requests (errors.CODE_IN_MESSAGE): every way a request ends in error."""
+    model, senders = model_with(llm_model, ("bad", False), ("cancelled", False), ("aborted", False),
+                                code_in_message=True)
+    model._live["cancelled"].cancel_requested = True
+    model._handle(llm_model._Output(output("bad", FinishReason.ERROR, "bad_words: bad",
+                                           ErrorKind.INVALID_ARGUMENT)))
+    model._handle(llm_model._Output(output("cancelled", FinishReason.ABORT)))
+    model._handle(llm_model._Output(output("aborted", FinishReason.ABORT)))
+    refused = _Sender()
+    model._handle(llm_model._Reject(refused, "top_p must be in (0, 1], got 5.0", "x",
+                                    ErrorKind.INVALID_ARGUMENT, True))
+    sent = {name: sender.sent for name, sender in {**senders, "refused": refused}.items()}
+    assert {name: [(r.error.message, r.error.code, flags) for r, flags in s] for name, s in sent.items()} == {
+        "bad": [("[INVALID_ARG] bad_words: bad", _TritonError.INVALID_ARG, FINAL)],
+        "cancelled": [("[CANCELLED] Request was cancelled", _TritonError.CANCELLED, FINAL)],
+        "aborted": [("[UNAVAILABLE] request aborted: the model is shutting down", _TritonError.UNAVAILABLE,
+                     FINAL)],
+        "refused": [("[INVALID_ARG] top_p must be in (0, 1], got 5.0", _TritonError.INVALID_ARG, FINAL)]}

@@ -9,16 +9,20 @@ Triton ends the request. A call is never cancelled after its final response: wit
 that left tt_llm held after the request ended, so that a stop waited out Triton's 30 s exit timeout
 (seen in about half the stops after 40 such calls).
 
-Errors map to HTTP statuses by their gRPC status code, never by their text. Over a stream, Triton
-sends a model's error only as text (`error_message`) unless the stream opens with the header
-`triton_grpc_error: true` (Triton 24.08 / 2.49 on): then it ends the stream with the gRPC status
-its error code maps to (tt_llm's INVALID_ARG → INVALID_ARGUMENT, UNAVAILABLE → UNAVAILABLE, ...).
-What Triton refuses before the model sees it (an unknown model, a bad tensor) still comes as text
-without a code, and is a 500: the front built that request.
+Errors map to HTTP statuses by their code, never by their words. Over a stream Triton sends a
+model's error as text only; the front asks `tt_llm` (the request parameter `error_code_in_message`)
+to put the error's Triton code at the head of that text, `[INVALID_ARG] top_p must be ...`, and maps
+the code (INVALID_ARG → 400, UNAVAILABLE → 503, CANCELLED → 499, ...); the client sees the text
+after it. What Triton refuses before the model sees it (an unknown model, a bad tensor) comes
+without a code, and is a 500: the front built that request. An error is always tt_llm's final
+response, so the call is drained after it as after any final response.
 
-Triton 2.51 in that mode frees a request's state on its first error response, so a model must send
-an error with the FINAL flag in the same response (tt_llm does); a FINAL sent later touches freed
-memory (fixed upstream in triton-inference-server/server c1b7cb73c, 2026).
+The stream does not open with `triton_grpc_error: true` (which would end it with the error's gRPC
+status): through the front, Triton 2.51 in that mode crashed (SIGSEGV, SIGABRT) within about 130
+errors from 8 concurrent clients, and logged "[INTERNAL] HandleCancellation called even when the
+context was not cancelled" for every error. Its stream handler finishes the call on the first
+error while the request's state may still be in use; upstream fixed a use-after-free there in
+triton-inference-server/server c1b7cb73c (2026).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +44,19 @@ from tt_backend.openai_front.requests import GenerateCall
 from tt_backend.text.images import ImageInput
 
 _IDS = itertools.count()
-_GRPC_ERRORS = {"triton_grpc_error": "true"}
-"""Stream headers: a model's error ends the stream with its gRPC status code (see above)."""
+_CODED = re.compile(r"\[([A-Z_]+)\] (.*)", re.DOTALL)
+"""A tt_llm error asked for with its code: `[CODE] message`."""
+_TRITON_CODES = {
+    "INVALID_ARG": grpc.StatusCode.INVALID_ARGUMENT,
+    "UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "CANCELLED": grpc.StatusCode.CANCELLED,
+    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "UNSUPPORTED": grpc.StatusCode.UNIMPLEMENTED,
+    "ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
+    "INTERNAL": grpc.StatusCode.INTERNAL,
+    "UNKNOWN": grpc.StatusCode.UNKNOWN,
+}
+"""A TritonError code → the gRPC status Triton gives it (as its error mode maps them)."""
 _HTTP_STATUS = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
@@ -75,6 +91,15 @@ class TritonError(RuntimeError):
     @classmethod
     def of_code(cls, message: str, code: grpc.StatusCode | None) -> TritonError:
         return cls(message, _HTTP_STATUS.get(code, 500) if code is not None else 500, code)
+
+    @classmethod
+    def of_text(cls, text: str) -> TritonError:
+        """An error a stream sent as text: its code from the `[CODE] ` tt_llm put at its head, if
+        any (else no code: Triton refused the request itself)."""
+        coded = _CODED.fullmatch(text)
+        if coded is None or coded[1] not in _TRITON_CODES:
+            return cls.of_code(text, None)
+        return cls.of_code(coded[2], _TRITON_CODES[coded[1]])
 
 
 def _input(name: str, value: np.ndarray, dtype: str) -> grpcclient.InferInput:
@@ -115,17 +140,20 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
 
     async def requests() -> AsyncIterator[dict[str, Any]]:
         yield {"model_name": model, "inputs": inputs, "request_id": f"openai-{next(_IDS)}",
-               "enable_empty_final_response": True}
+               "enable_empty_final_response": True, "parameters": {"error_code_in_message": True}}
         await finished.wait()  # keep the request side open until the last response
 
     # The final delta is yielded once the call has ended (see the module's docstring).
-    responses = client.stream_infer(requests(), headers=_GRPC_ERRORS)
+    responses = client.stream_infer(requests())
     last: Delta | None = None
+    failed: TritonError | None = None
     drained = False
     try:
         async for result, error in responses:
-            if error is not None:  # refused by Triton before tt_llm saw it: text, no code
-                raise TritonError.of_code(error.message() or str(error), None)
+            if error is not None:  # tt_llm's error (its final response), or Triton's refusal
+                failed = TritonError.of_text(error.message() or str(error))
+                finished.set()
+                continue
             out = _delta(result)
             if result.get_response().parameters["triton_final_response"].bool_param:
                 finished.set()
@@ -133,7 +161,7 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
             elif out is not None:
                 yield out
         drained = True
-    except grpc.aio.AioRpcError as exc:  # tt_llm's error, Triton unreachable, or the call broke
+    except grpc.aio.AioRpcError as exc:  # Triton unreachable, or the call broke
         raise TritonError.of_code(exc.details() or str(exc.code()), exc.code()) from None
     except InferenceServerException as exc:  # the stream could not start: its status is a code's name
         name = str(exc.status() or "").removeprefix("StatusCode.")
@@ -142,6 +170,8 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
         finished.set()
         if not drained:
             responses.cancel()
+    if failed is not None:
+        raise failed
     if last is not None:
         yield last
 

@@ -32,7 +32,7 @@ from tt_backend.engine.outputs import RequestOutput
 from tt_backend.engine.stats import EngineStats
 from tt_backend.models.checkpoint import served_model_name
 from tt_backend.text.tokenizer import check_prompt_bytes, max_token_bytes
-from tt_backend.triton.errors import triton_error
+from tt_backend.triton.errors import code_of, coded_error, wants_code_in_message
 from tt_backend.triton.metrics import EngineMetrics
 from tt_backend.triton.model_instance import instance_position
 from tt_backend.triton.model_params import model_parameters, setup_logging, vllm_engine_parameters
@@ -50,6 +50,8 @@ FINALIZE_DUMP_S = 10.0
 class _Live:
     sender: Any
     builder: ResponseBuilder
+    code_in_message: bool
+    """Its error's code goes at the head of the text too (errors.CODE_IN_MESSAGE)."""
     cancel_requested: bool = False
 
 
@@ -71,6 +73,7 @@ class _Reject:
     request_id: str
     """Dropped from the live requests if it was registered before the engine refused it."""
     kind: ErrorKind
+    code_in_message: bool
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class TritonPythonModel:
     def _submit(self, request: Any) -> None:
         sender = request.get_response_sender()
         request_id = f"req-{next(self._ids)}"
+        code_in_message = wants_code_in_message(request)
         try:
             inputs = {t.name(): t.as_numpy() for t in request.inputs()}
             parsed = parse_generate_request(inputs)
@@ -141,12 +145,13 @@ class TritonPythonModel:
                                    self._token_bytes)
                 prompt_ids = tuple(self.tokenizer(parsed.prompt_text).input_ids)
             # Registered before the engine sees it, so no output can overtake the registration.
-            self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids))))
+            self._queue.put(_Register(request_id, _Live(sender, ResponseBuilder(parsed, prompt_ids),
+                                                             code_in_message)))
             self.engine.add_request(request_id, list(prompt_ids), parsed.sampling,
                                     lambda out: self._queue.put(_Output(out)), parsed.images,
                                     parsed.prompt_text if parsed.prompt_ids is None else None)
         except Exception as exc:  # noqa: BLE001 (every refusal is this request's final response)
-            self._queue.put(_Reject(sender, str(exc), request_id, kind_of(exc)))
+            self._queue.put(_Reject(sender, str(exc), request_id, kind_of(exc), code_in_message))
 
     # ---- responses (the response thread) ---------------------------------------------------
     def _response_loop(self) -> None:
@@ -171,7 +176,7 @@ class TritonPythonModel:
             self._live[item.request_id] = item.live
         elif isinstance(item, _Reject):
             self._live.pop(item.request_id, None)
-            self._send_error(item.sender, item.message, item.kind)
+            self._send_error(item.sender, item.message, code_of(item.kind), item.code_in_message)
         elif isinstance(item, _Output):
             self._on_output(item.output)
         elif isinstance(item, EngineStats):
@@ -182,7 +187,8 @@ class TritonPythonModel:
             # exits: scripts/supervise.py sees it gone and restarts tritonserver (Triton itself
             # would go on reporting ready while this model fails every request).
             for live in self._live.values():
-                self._send_error(live.sender, f"engine failed: {item.error}", ErrorKind.UNAVAILABLE)
+                self._send_error(live.sender, f"engine failed: {item.error}", code_of(ErrorKind.UNAVAILABLE),
+                                 live.code_in_message)
             self._live.clear()
             self.metrics.engine_failed()
             logger.critical("the engine failed (%r); exiting the model instance", item.error)
@@ -196,12 +202,13 @@ class TritonPythonModel:
             del self._live[out.request_id]
         if out.finish_reason is FinishReason.ABORT:
             if live.cancel_requested:
-                self._send_error(live.sender, "Request was cancelled", cancelled=True)
+                self._send_error(live.sender, "Request was cancelled", "CANCELLED", live.code_in_message)
             else:
                 self._send_error(live.sender, "request aborted: the model is shutting down",
-                                 ErrorKind.UNAVAILABLE)
+                                 code_of(ErrorKind.UNAVAILABLE), live.code_in_message)
         elif out.finish_reason is FinishReason.ERROR:
-            self._send_error(live.sender, out.error or "request failed", out.error_kind)
+            self._send_error(live.sender, out.error or "request failed", code_of(out.error_kind),
+                             live.code_in_message)
         else:
             try:
                 tensors = live.builder.on_output(out)
@@ -210,7 +217,8 @@ class TritonPythonModel:
                 self._live.pop(out.request_id, None)
                 if not out.finished:
                     self.engine.abort(out.request_id)
-                self._send_error(live.sender, f"building the response failed: {exc}", ErrorKind.INTERNAL)
+                self._send_error(live.sender, f"building the response failed: {exc}",
+                                 code_of(ErrorKind.INTERNAL), live.code_in_message)
                 return
             if tensors is not None:
                 flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if out.finished else 0
@@ -223,10 +231,9 @@ class TritonPythonModel:
                 self.engine.abort(request_id)
 
     @staticmethod
-    def _send_error(sender: Any, message: str, kind: ErrorKind | None = None,
-                    cancelled: bool = False) -> None:
-        error = (pb_utils.TritonError(message, pb_utils.TritonError.CANCELLED) if cancelled
-                 else triton_error(message, kind))
+    def _send_error(sender: Any, message: str, code: str, code_in_message: bool) -> None:
+        """The request's final response: an error with the TritonError code named `code`."""
+        error = coded_error(message, code, code_in_message)
         sender.send(pb_utils.InferenceResponse(output_tensors=[], error=error),
                     flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
