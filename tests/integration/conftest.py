@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,8 +107,12 @@ def stop_server(proc: subprocess.Popen[bytes]) -> None:
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            left = subprocess.run(["ps", "-o", "pid,etime,args", "-g", str(proc.pid)], capture_output=True,
+                                  text=True).stdout
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            # Not a failure of the test that used it, but worth seeing in every run's summary.
+            warnings.warn(f"serve.sh did not stop within 60 s of SIGTERM; killed:\n{left}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")

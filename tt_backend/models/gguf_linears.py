@@ -5,10 +5,9 @@ devices/cpu/compute_plan.py). The swap, `swap_in_blocks`, also serves the blocks
 
 The model itself still loads from the converted fp32 checkpoint (`checkpoint.py`: transformers
 dequantizes the GGUF); this module reads the same file's Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K /
-Q6_K blocks with
-`gguf.GGUFReader` and replaces each linear layer (and the token embedding) whose blocks dequantize
-to exactly the weight that was loaded: the check runs at load, so a tensor the conversion treated
-differently stays dense rather than serving other weights.
+Q6_K blocks (`gguf_index.py` reads the file's tensor table) and replaces each linear layer (and the
+token embedding) whose blocks dequantize to exactly the weight that was loaded: the check runs at
+load, so a tensor the conversion treated differently stays dense rather than serving other weights.
 
 Names follow llama.cpp's (`blk.N.attn_q.weight` ...). llama.cpp's converter permutes the rows of a
 Llama's q and k weights (rotary pairs interleaved per head); transformers' GGUF loader undoes it
@@ -37,6 +36,7 @@ from tt_backend.devices.cpu.quant import (
     concat_rows,
 )
 from tt_backend.models.checkpoint import default_gguf_path
+from tt_backend.models.gguf_index import GgufIndex
 
 logger = logging.getLogger(__name__)
 
@@ -68,15 +68,13 @@ class GgufLinears:
 
     @classmethod
     def read(cls, path: Path) -> GgufLinears:
-        import gguf
-
-        reader = gguf.GGUFReader(path)
-        arch = _field(reader, "general.architecture")
-        heads = int(_field(reader, f"{arch}.attention.head_count") or 0)
-        kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv") or heads)
+        index = GgufIndex.read(path)
+        arch = index.fields.get("general.architecture")
+        heads = int(index.fields.get(f"{arch}.attention.head_count") or 0)
+        kv_heads = int(index.fields.get(f"{arch}.attention.head_count_kv") or heads)
         tensors: dict[str, QuantizedTensor] = {}
-        for t in reader.tensors:
-            fmt, name = _GGUF_TYPES.get(t.tensor_type.name), _hf_name(t.name)
+        for t in index.tensors:
+            fmt, name = _GGUF_TYPES.get(t.type_name), _hf_name(t.name)
             if fmt is None or name is None:
                 continue
             cols = int(t.shape[0])  # ggml lists the fastest dimension first
@@ -94,14 +92,6 @@ class GgufLinears:
     @property
     def formats(self) -> Counter[str]:
         return Counter(t.format for t in self.tensors.values())
-
-
-def _field(reader: object, key: str) -> str | int | None:
-    field = reader.fields.get(key)  # type: ignore[attr-defined]
-    if field is None:
-        return None
-    value = field.parts[field.data[0]]
-    return bytes(value).decode() if value.dtype == np.uint8 else int(value[0])
 
 
 def _hf_name(name: str) -> str | None:
