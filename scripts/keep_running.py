@@ -16,10 +16,10 @@ command and end the loop; this then exits with the command's status (128 + N for
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from types import FrameType
 
@@ -47,12 +47,26 @@ class KeepRunning:
         self.stable_s = stable_s
         self.final = final
         self.child: subprocess.Popen[bytes] | None = None
-        self.stopping = threading.Event()
+        self.stopping = False
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.stopping.set()
-        if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signum)
+        # No locks here (no Event, no Popen.poll): a second signal can land while this handler
+        # runs, and a lock the interrupted handler holds deadlocked the process (serve.sh's stop
+        # sends SIGTERM to the group, then to the front again).
+        self.stopping = True
+        child = self.child
+        if child is not None and child.returncode is None:
+            try:
+                os.kill(child.pid, signum)
+            except ProcessLookupError:  # it has just ended; wait() reaps it
+                pass
+
+    def _wait_or_stop(self, seconds: float) -> bool:
+        """Sleep up to `seconds` (the backoff); whether a stop signal came."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(0.05, max(deadline - time.monotonic(), 0.0)))
+        return self.stopping
 
     def run(self) -> int:
         wait_s = self.backoff_s
@@ -61,8 +75,10 @@ class KeepRunning:
             started = time.monotonic()
             self.child = subprocess.Popen(self.command)
             starts += 1
+            if self.stopping:  # the signal came while it was starting, before on_signal saw it
+                self.child.send_signal(signal.SIGTERM)
             code = self.child.wait()
-            if self.stopping.is_set():
+            if self.stopping:
                 return code
             ran_s = time.monotonic() - started
             if code in self.final:
@@ -72,7 +88,7 @@ class KeepRunning:
                 wait_s = self.backoff_s
             log(self.name, f"{describe(code)} after {ran_s:.1f} s (start {starts}); starting it again "
                            f"in {wait_s:.1f} s")
-            if self.stopping.wait(wait_s):
+            if self._wait_or_stop(wait_s):
                 return code
             wait_s = min(wait_s * 2, self.max_backoff_s)
 

@@ -52,3 +52,24 @@ def test_sigterm_goes_to_the_command_and_ends_the_loop() -> None:
     out, _ = proc.communicate(timeout=30)
     assert (proc.returncode, out) == (128 + signal.SIGTERM, "")  # no restart, no death logged
     assert time.monotonic() - started < 10
+
+
+def test_a_burst_of_sigterms_still_ends_it() -> None:
+    """serve.sh's stop sends SIGTERM to the whole group and then to the front again: a second signal
+    landing inside the handler of the first once deadlocked keep_running (the handler took a lock
+    the interrupted handler held), and every test server with a front took 60 s and a SIGKILL to
+    stop. The command here takes its time to end, as uvicorn does."""
+    slow = ("import signal, time\n"
+            "stop = []\n"
+            "signal.signal(signal.SIGTERM, lambda *_: stop.append(1))\n"
+            "print('up', flush=True)\n"
+            "while not stop:\n"
+            "    time.sleep(0.01)\n"
+            "time.sleep(0.3)\n")
+    for _ in range(5):
+        proc = keep_running(sys.executable, "-c", slow)
+        assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        for _ in range(2000):
+            proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        assert (proc.returncode, out) == (0, "")
