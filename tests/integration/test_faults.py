@@ -166,8 +166,16 @@ def test_a_killed_tt_llm_stub_ends_its_streams_and_the_server_comes_back(
     assert len(cut.ids()) < 4000
     assert grpc_stream(server.grpc, "tt_llm", ids_inputs(prompt, 8)).error is None
     log = server.log_text()
-    assert re.search(r"\[supervise\] the Python backend process of model 'tt_llm' \(pid \d+\) died", log)
-    print(f"killed stub: ready again after {recovered:.1f} s")
+    # Either the supervisor saw the stub gone, or tritonserver itself died of it first: Triton
+    # 2.51's Python backend aborts (boost::interprocess::lock_exception, SIGABRT) when the stub is
+    # killed holding a lock of their shared memory (seen in a clean-clone CI run, 2026-12-07). Either way the
+    # supervisor restarted tritonserver, and the stream ended with an error.
+    died = re.search(r"\[supervise\] the Python backend process of model 'tt_llm' \(pid \d+\) died", log)
+    aborted = "[supervise] tritonserver exited with status -6 while serving" in log
+    assert died or aborted, log[-3000:]
+    assert "[supervise] restarting tritonserver" in log
+    how = "stub death seen" if died else "Triton aborted"
+    print(f"killed stub: ready again after {recovered:.1f} s ({how})")
 
 
 def test_a_hung_step_fails_its_streams_through_the_watchdog_and_the_server_comes_back(
