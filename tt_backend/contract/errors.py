@@ -17,6 +17,11 @@ class ErrorKind(Named):
     """The server's fault: a step, the device, the model (HTTP 500)."""
 
 
+CODE_IN_MESSAGE = "error_code_in_message"
+"""The Triton request parameter by which a client (the OpenAI front) asks `tt_llm` to put its
+error's Triton code at the head of the error's text, as `[INVALID_ARG] top_p must be ...`."""
+
+
 class CapacityError(RuntimeError):
     """The server is full for now; retry later."""
 

@@ -40,6 +40,7 @@ import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tt_backend.contract.errors import CODE_IN_MESSAGE
 from tt_backend.openai_front.requests import GenerateCall
 from tt_backend.text.images import ImageInput
 
@@ -140,7 +141,7 @@ async def stream(client: grpcclient.InferenceServerClient, model: str, call: Gen
 
     async def requests() -> AsyncIterator[dict[str, Any]]:
         yield {"model_name": model, "inputs": inputs, "request_id": f"openai-{next(_IDS)}",
-               "enable_empty_final_response": True, "parameters": {"error_code_in_message": True}}
+               "enable_empty_final_response": True, "parameters": {CODE_IN_MESSAGE: True}}
         await finished.wait()  # keep the request side open until the last response
 
     # The final delta is yielded once the call has ended (see the module's docstring).

@@ -19,12 +19,10 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from tt_backend.contract.errors import ErrorKind, kind_of
+from tt_backend.contract.errors import CODE_IN_MESSAGE, ErrorKind, kind_of
 
 _CODES = {ErrorKind.INVALID_ARGUMENT: "INVALID_ARG", ErrorKind.RESOURCE_EXHAUSTED: "UNAVAILABLE",
           ErrorKind.UNAVAILABLE: "UNAVAILABLE", ErrorKind.INTERNAL: "INTERNAL"}
-CODE_IN_MESSAGE = "error_code_in_message"
-"""The request parameter that asks for the error's code at the head of its text."""
 
 
 def wants_code_in_message(request: Any) -> bool:
