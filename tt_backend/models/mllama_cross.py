@@ -4,7 +4,7 @@ models/mllama/modeling_mllama.py: MllamaCrossAttentionDecoderLayer, MllamaTextCr
 turns a request's projected image features into the layer's keys and values once (what a paged
 cross-attention cache holds), and `forward` runs the layer's tokens against them.
 
-- Keys are `k_norm(k_proj(features))` per head (an RMSNorm over head_dim), values `v_proj(features)`;
+- Keys are `k_norm(k_proj(features))` per head (Llama's RMSNorm over head_dim), values `v_proj(features)`;
   queries `q_norm(q_proj(x))`. No rotary embedding: the image has no position in the text.
 - `sees[t, j]`: whether token t may attend to image token j (transformers' MllamaProcessor: a token
   sees the tiles of the images from the first `<|image|>` before it, the tiles holding the image,
@@ -24,19 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-class MllamaRMSNorm(nn.Module):
-    """HF's MllamaTextRMSNorm (LlamaRMSNorm): computed in fp32, the weight applied in the input dtype."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+from tt_backend.models.llama import RMSNorm
 
 
 class MllamaCrossAttention(nn.Module):
@@ -50,7 +38,7 @@ class MllamaCrossAttention(nn.Module):
         self.v_proj = nn.Linear(dim, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, dim, bias=False)
         eps = text.get("rms_norm_eps", 1e-5)
-        self.q_norm, self.k_norm = MllamaRMSNorm(self.head_dim, eps), MllamaRMSNorm(self.head_dim, eps)
+        self.q_norm, self.k_norm = RMSNorm(self.head_dim, eps), RMSNorm(self.head_dim, eps)
 
 
 class MllamaMLP(nn.Module):
@@ -73,8 +61,8 @@ class MllamaCrossAttentionLayer(nn.Module):
         if text.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act={text.get('hidden_act')!r}: Mllama's text MLP is silu")
         self.cross_attn = MllamaCrossAttention(text)
-        self.input_layernorm = MllamaRMSNorm(dim, eps)
-        self.post_attention_layernorm = MllamaRMSNorm(dim, eps)
+        self.input_layernorm = RMSNorm(dim, eps)
+        self.post_attention_layernorm = RMSNorm(dim, eps)
         self.mlp = MllamaMLP(dim, text["intermediate_size"])
         self.cross_attn_attn_gate = nn.Parameter(torch.zeros(1))
         self.cross_attn_mlp_gate = nn.Parameter(torch.zeros(1))
