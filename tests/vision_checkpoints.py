@@ -165,6 +165,46 @@ def build_tiny_qwen2_5_vl(tokenizer_dir: Path, out: Path, seed: int = 0) -> None
     build_tiny_qwen2_vl(tokenizer_dir, out, seed, version="2.5")
 
 
+MLLAMA_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{% if message['content'] is string %}"
+    "{{ message['content'] }}{% else %}{% for part in message['content'] %}{% if part['type'] == 'image' %}"
+    "<|image|>{% else %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+MLLAMA_TILE_TOKENS = 5
+"""Cross-attention tokens of one tile of the tiny Mllama (2x2 patches and the class token)."""
+
+
+def build_tiny_mllama(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
+    """Llama 3.2 Vision: a 3-layer text model whose middle layer is a cross-attention layer, and a
+    tiled vision tower (2 local layers, 1 global) over tiles of 28x28 pixels in 14x14 patches, up to 4
+    tiles an image (20 cross-attention tokens); the default model's tokenizer with `<|image|>` added
+    as its last token, whose id is the text model's vocab_size (past the head, as Llama 3.2 Vision's
+    is), and transformers' MllamaProcessor."""
+    import transformers
+    from transformers import AutoTokenizer, MllamaImageProcessor, MllamaProcessor
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    vocab = len(tokenizer)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<|image|>"]})
+    tokenizer.chat_template = MLLAMA_TEMPLATE
+    vision = {"hidden_size": 32, "attention_heads": 4, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_global_layers": 1, "image_size": 28, "patch_size": 14, "max_num_tiles": 4,
+              "intermediate_layers_indices": [0], "vision_output_dim": 64}
+    text = {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+            "cross_attention_layers": [1], "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id, "pad_token_id": 0}
+    config = transformers.MllamaConfig(vision_config=vision, text_config=text,
+                                       image_token_index=tokenizer.convert_tokens_to_ids("<|image|>"))
+    model = transformers.MllamaForConditionalGeneration(config).eval()
+    _randomize(model, seed)
+    model.save_pretrained(out)
+    processor = MllamaProcessor(
+        image_processor=MllamaImageProcessor(size={"height": 28, "width": 28}, max_image_tiles=4),
+        tokenizer=tokenizer, chat_template=MLLAMA_TEMPLATE)
+    processor.save_pretrained(out)
+
+
 def _randomize(model: Any, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -266,6 +306,9 @@ def _greedy(model_dir: Path, encoded: dict[str, Any], n: int) -> Greedy:
                      "mm_token_type_ids": 0}
             encoded = {k: torch.cat([v, torch.tensor([[grown[k]]])], dim=1) if k in grown else v
                        for k, v in encoded.items()}
+            if "cross_attention_mask" in encoded:  # Mllama: a new token sees what the last one saw (HF)
+                mask = encoded["cross_attention_mask"]
+                encoded["cross_attention_mask"] = torch.cat([mask, mask[:, -1:]], dim=1)
     return Greedy(prompt, out, logprobs)
 
 

@@ -1,5 +1,5 @@
 """Tiny random vision-language models (tests/vision_checkpoints.py: LLaVA, Gemma 3 with its vision
-tower, Qwen2.5-VL) served through the real tritonserver and the OpenAI front: a chat
+tower, Qwen2.5-VL, Llama 3.2 Vision) served through the real tritonserver and the OpenAI front: a chat
 request with an image (the openai SDK, a data: URL) and tt_llm's `image` input (tritonclient gRPC;
 `text_input` as vllm_backend takes it, and `input_ids`) give HF transformers' greedy tokens; a
 second request with the same picture reads the encoder cache (`vllm:mm_cache_hits_total`); a prompt
@@ -28,6 +28,7 @@ from tests.integration.conftest import ROOT, Server, start_server, stop_server, 
 from tests.vision_checkpoints import (
     build_tiny_gemma3,
     build_tiny_llava,
+    build_tiny_mllama,
     build_tiny_qwen2_5_vl,
     hf_vision_greedy,
     picture,
@@ -55,6 +56,9 @@ FAMILIES = {
     # Qwen2-VL is served by the same class and paths (tests/unit/test_qwen2_vl.py checks both against HF)
     "qwen2_5_vl": Family(build_tiny_qwen2_5_vl, "<|image_pad|>", "<|im_start|>user\n<|vision_start|>"
                          "<|image_pad|><|vision_end|>{question}<|im_end|>\n<|im_start|>assistant\n"),
+    # Llama 3.2 Vision: the image read by cross-attention layers (its placeholder is not expanded)
+    "mllama": Family(build_tiny_mllama, "<|image|>", "<|im_start|>user\n<|image|>{question}<|im_end|>\n"
+                     "<|im_start|>assistant\n"),
 }
 
 

@@ -203,3 +203,30 @@ def test_slots_are_taken_lowest_first_released_on_finish_and_preemption() -> Non
     resumed = lane.schedule(StepMode.PREFILL)
     assert resumed.request_ids == ("b",) and s.requests["b"].slot == 1  # resumed into a free slot
     assert (resumed.plan.rows[0].lane, resumed.plan.rows[0].slot) == (0, 1)
+
+
+def test_a_cross_attention_request_holds_its_images_blocks_from_admission() -> None:
+    """A request whose images' cross-attention keys and values take 22 tokens (kv_floor) holds 6
+    blocks of 4 from its first chunk on, though its prompt needs 2, and its rows carry the images;
+    a second such request waits while its floor does not fit, and gets in once the first finishes."""
+    from tt_backend.contract.step import ImageSpan
+
+    image = ImageSpan("pic", 2, 1, cross_tokens=22, cross_seen=15)
+    s = make(num_blocks=10)
+    first = Request("a", tuple(range(100, 106)), SamplingParams(max_tokens=8), images=(image,))
+    second = Request("b", tuple(range(100, 106)), SamplingParams(max_tokens=8), images=(image,))
+    assert first.kv_floor == 22 and first.cross_images == (image,) and first.rope_images == ()
+    s.add(first)
+    s.add(second)
+    step = s.schedule()
+    assert step.request_ids == ("a",) and step.plan.rows[0].block_ids == tuple(range(6))
+    assert step.plan.rows[0].cross_images == (image,)
+    s.update(step, [7])
+    step = s.schedule()
+    assert step.plan.mode == "decode" and step.request_ids == ("a",)  # b's 6 blocks do not fit the 4 left
+    assert step.plan.rows[0].block_ids == tuple(range(6)) and step.plan.rows[0].cross_images == (image,)
+    s.finish("a", RequestStatus.FINISHED_ABORTED)
+    lane = s.lanes[0]
+    assert lane.pool.num_free == 10
+    step = s.schedule()
+    assert step.request_ids == ("b",) and len(step.plan.rows[0].block_ids) == 6

@@ -14,7 +14,8 @@ BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
 def test_builtins_resolve_by_hf_architecture() -> None:
     registry = build_registry("torch", extra_models_dir="", builtin=True)
     assert registry.names() == ["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "LlamaForCausalLM",
-                                "LlavaForConditionalGeneration", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                "LlavaForConditionalGeneration", "MistralForCausalLM",
+                                "MllamaForConditionalGeneration", "Qwen2ForCausalLM",
                                 "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
                                 "Qwen3ForCausalLM"]
     assert registry.find(["Qwen3ForCausalLM"]).resolve() is Qwen3ForCausalLM
@@ -51,8 +52,9 @@ def test_build_registry_reads_its_arguments_not_the_environment(monkeypatch: pyt
     monkeypatch.setenv("EXTRA_MODELS_DIR", str(BUNDLES))
     assert build_registry("torch", extra_models_dir="", builtin=True).names() == [
         "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "LlamaForCausalLM",
-        "LlavaForConditionalGeneration", "MistralForCausalLM", "Qwen2ForCausalLM",
-        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Qwen3ForCausalLM"]
+        "LlavaForConditionalGeneration", "MistralForCausalLM", "MllamaForConditionalGeneration",
+        "Qwen2ForCausalLM", "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration",
+        "Qwen3ForCausalLM"]
     assert build_registry("torch", extra_models_dir="", builtin=False).names() == []
 
 

@@ -106,7 +106,7 @@ def _build(config: EngineConfig) -> LLMEngine:
         runner.close()
         raise
     return finish_engine(config, runner, model_dir, spec.vocab_size, caps.takes_images,
-                         caps.bidirectional_images)
+                         caps.bidirectional_images, getattr(loaded.module, "cross_tokens_per_tile", 0))
 
 
 def build_runner(config: EngineConfig, module: torch.nn.Module, caps: ModelCapabilities,

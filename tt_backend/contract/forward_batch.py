@@ -8,6 +8,29 @@ import torch
 
 
 @dataclass(frozen=True)
+class CrossInputs:
+    """A step's rows' images for a cross-attention model (PlannedRow.cross_images): S is the most
+    image tokens a row has; a row's image tokens lie at positions [0, lens[b]) of its blocks in each
+    cross-attention layer's cache."""
+
+    tables: torch.Tensor  # [B, W] long, physical blocks holding each row's image tokens; -1 past them
+    lens: torch.Tensor  # [B] long, each row's image tokens (0: a row without images)
+    sees: torch.Tensor  # [B, T, S] bool, which image tokens each token attends to
+    features: torch.Tensor | None = None
+    """[N, hidden]: encoder outputs of the images this step's rows reach, to write as keys and values."""
+    slots: torch.Tensor | None = None
+    """[N] long: the flat cache slot of each row of `features`."""
+
+    def to(self, device: torch.device) -> CrossInputs:
+        def move(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device, non_blocking=True)
+
+        return CrossInputs(move(self.tables), move(self.lens), move(self.sees),
+                           None if self.features is None else move(self.features),
+                           None if self.slots is None else move(self.slots))
+
+
+@dataclass(frozen=True)
 class ForwardBatch:
     """Device tensors of one step; rows are padded to a common length T."""
 
@@ -31,6 +54,9 @@ class ForwardBatch:
     rope_positions: torch.Tensor | None = None
     """[3, B, T] long: each token's (temporal, height, width) rotary position, for a model with M-RoPE
     whose rows hold images (PlannedRow.rope_images); None: `positions` are the rotary positions."""
+
+    cross: CrossInputs | None = None
+    """The rows' images as a cross-attention model (Mllama) reads them; None when no row has any."""
 
     def with_images(self, x: torch.Tensor) -> torch.Tensor:
         """The rows' input embeddings `x` [B, T, hidden] (the model's token embeddings, scaled as it

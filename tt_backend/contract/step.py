@@ -30,6 +30,12 @@ class ImageSpan:
     grid: tuple[int, int, int] | None = None
     """(t, h, w): its tokens as a grid of frames, rows and columns, for a model whose rotary positions
     follow it (M-RoPE, Qwen2-VL: `runtime/rope_positions.py`); None for other models."""
+    cross_tokens: int = 0
+    """For a model that reads images by cross-attention (Mllama): the image's tokens in the
+    cross-attention KV (every tile's, padding tiles too), its encoder output's rows; its one
+    placeholder token keeps its own embedding. 0 for other models."""
+    cross_seen: int = 0
+    """Of `cross_tokens`, the leading ones a token that sees the image attends to (its image's tiles)."""
 
     @property
     def end(self) -> int:
@@ -65,6 +71,12 @@ class PlannedRow:
     """Every image of the row's request, for a model whose rotary positions follow their grids (M-RoPE:
     each image takes as many positions as its longest side, so every token after it, decode's too,
     sits at a position shifted from its index); empty for other models."""
+
+    cross_images: tuple[ImageSpan, ...] = ()
+    """Every image of the row's request, for a model that reads them by cross-attention (Mllama):
+    their keys and values lie at positions [0, their cross_tokens in all) of the row's blocks in the
+    cross-attention layers' caches, written in the prefill that reaches each image's placeholder;
+    empty for other models."""
 
     def __post_init__(self) -> None:
         assert self.token_ids, "a planned row computes at least one token"

@@ -73,6 +73,9 @@ class LLMEngine:
         """The model's ModelCapabilities.takes_images: without it a request with images is refused."""
         self.image_prompts = image_prompts
         """The model's processor, which expands each image's placeholder in a prompt."""
+        cross = image_prompts is not None and image_prompts.cross_tokens_per_tile > 0
+        self._cross_placeholder = image_prompts.placeholder_id if cross and image_prompts else None
+        """Mllama's `<|image|>`: past the head's vocabulary, in the embedding table's extra rows."""
         self.max_model_len: int = config.max_model_len
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
@@ -135,6 +138,10 @@ class LLMEngine:
             self._cv.notify()
 
     def _check_whole_images(self, spans: tuple[ImageSpan, ...]) -> None:
+        cross = sum(span.cross_tokens for span in spans)
+        if cross > self.max_model_len:
+            raise ValueError(f"image: the request's {len(spans)} image(s) take {cross} tokens of "
+                             f"cross-attention KV, more than max_model_len={self.max_model_len}")
         budget = self.scheduler.config.max_num_batched_tokens
         for i, span in enumerate(spans):
             if span.bidirectional and span.length > budget:
@@ -182,7 +189,8 @@ class LLMEngine:
                              f"{len(images)}; send the prompt alone")
         if not prompt_token_ids:
             raise ValueError("the prompt is empty (0 tokens)")
-        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        placeholder = self._cross_placeholder
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size and t != placeholder]
         if bad:
             raise ValueError(f"input_ids hold {bad[0]}, outside the vocabulary [0, {self.vocab_size})")
         if len(prompt_token_ids) + params.max_tokens > self.max_model_len:

@@ -63,3 +63,6 @@ TORCH_LLAVA = replace(TORCH_LLAMA, takes_images=True)
 """A vision-language model over our Llama family: its encoder runs inside eager prefill steps."""
 TORCH_GEMMA3_VISION = replace(TORCH_LLAVA, bidirectional_images=True)
 """Gemma 3 with its vision tower: as LLaVA's, an image's tokens also attending to each other."""
+TORCH_MLLAMA = replace(TORCH_LLAVA, prefix_caching=False)
+"""Llama 3.2 Vision: its images' keys and values lie in the request's own blocks, and every token after
+an image depends on it through the cross-attention layers, so no block is shared between requests."""

@@ -12,7 +12,9 @@ added again; other ids are expanded placeholder by placeholder, each with what t
 writes for that placeholder alone (as vLLM updates a token prompt). The encoder's inputs are the
 image processor's output for each image. Each run of feature tokens (`processor.image_token_ids`:
 LLaVA's `<image>` again, Gemma 3's `<image_soft_token>`) is the span its image's encoder output
-fills (`ImageSpan`).
+fills (`ImageSpan`). A model that reads images by cross-attention (Mllama: `cross_tokens_per_tile`)
+keeps each placeholder as it is (`<|image|>`, one token), and its span counts the image's tokens in
+the cross-attention KV instead (`ImageSpan.cross_tokens`).
 """
 
 from __future__ import annotations
@@ -33,17 +35,21 @@ class ImagePrompt:
 
 
 class ImagePrompts:
-    def __init__(self, processor: Any, bidirectional: bool = False) -> None:
+    def __init__(self, processor: Any, bidirectional: bool = False, cross_tokens_per_tile: int = 0) -> None:
         self.processor = processor
         self.bidirectional = bidirectional
         """The model's image tokens attend to each other both ways (its spans are prefilled whole)."""
+        self.cross_tokens_per_tile = cross_tokens_per_tile
+        """A model that reads images by cross-attention (Mllama): an image tile's tokens in its
+        cross-attention KV; its placeholders are not expanded (0: another model)."""
         self.placeholder: str = processor.image_token
         self.placeholder_id: int = int(processor.image_token_id)
         ids = getattr(processor, "image_token_ids", None) or [self.placeholder_id]
         self.feature_id: int = int(ids[0])
 
     @classmethod
-    def load(cls, model_dir: Path, bidirectional: bool = False) -> ImagePrompts:
+    def load(cls, model_dir: Path, bidirectional: bool = False,
+             cross_tokens_per_tile: int = 0) -> ImagePrompts:
         from tt_backend.models.processors import load_processor
 
         try:
@@ -54,7 +60,7 @@ class ImagePrompts:
         if not hasattr(processor, "image_processor") or not hasattr(processor, "image_token_id"):
             raise ValueError(f"{model_dir}: {type(processor).__name__} is not the processor of a "
                              "vision-language model (it has no image_processor or image_token_id)")
-        return cls(processor, bidirectional)
+        return cls(processor, bidirectional, cross_tokens_per_tile)
 
     def prepare(self, prompt_ids: Sequence[int], images: Sequence[ImageInput],
                 text: str | None = None) -> ImagePrompt:
@@ -90,8 +96,8 @@ class ImagePrompts:
             mine, at = at[:count], at[count:]
             start = mine[0]
             assert mine[-1] - start == count - 1, "an image's tokens are one run"
-            grid = self._grid(pixels)
-            spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional, grid))
+            spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional, self._grid(pixels),
+                                   *self._cross(pixels)))
         return ImagePrompt(ids, tuple(spans))
 
     def _grid(self, pixels: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -102,6 +108,14 @@ class ImagePrompts:
         merge = int(self.processor.image_processor.merge_size)
         (t, h, w), = pixels["image_grid_thw"].tolist()
         return int(t), int(h) // merge, int(w) // merge
+
+    def _cross(self, pixels: dict[str, Any]) -> tuple[int, int]:
+        """(cross_tokens, cross_seen) of an image for a cross-attention model (MllamaProcessor's
+        `pixel_values` [1, 1, tiles, 3, H, W] and `aspect_ratio_mask` [1, 1, tiles]); (0, 0) otherwise."""
+        if not self.cross_tokens_per_tile:
+            return 0, 0
+        tiles, used = int(pixels["pixel_values"].shape[2]), int(pixels["aspect_ratio_mask"].sum())
+        return tiles * self.cross_tokens_per_tile, used * self.cross_tokens_per_tile
 
     def _text_of(self, ids: Sequence[int]) -> str | None:
         """The text `ids` are the tokenization of (without special tokens added), if any."""
@@ -114,8 +128,10 @@ class ImagePrompts:
         encoded = self.processor(text=[self.placeholder], images=[picture], return_tensors="pt",
                                  add_special_tokens=False)
         pixels = {k: v for k, v in encoded.items() if k not in _TEXT_KEYS}
+        if self.cross_tokens_per_tile:  # the placeholder stays itself (MllamaProcessor adds a BOS after it)
+            return [self.placeholder_id], pixels
         return [int(t) for t in encoded["input_ids"][0]], pixels
 
 
-_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids")
+_TEXT_KEYS = ("input_ids", "attention_mask", "token_type_ids", "mm_token_type_ids", "cross_attention_mask")
 """What a processor returns of the text; the rest is the encoder's input."""

@@ -42,6 +42,7 @@ TORCH_BUILTINS = {
     "Gemma3ForCausalLM": "tt_backend.models.gemma3:Gemma3ForCausalLM",
     "LlavaForConditionalGeneration": "tt_backend.models.llava:LlavaForConditionalGeneration",
     "Gemma3ForConditionalGeneration": "tt_backend.models.gemma3_vision:Gemma3ForConditionalGeneration",
+    "MllamaForConditionalGeneration": "tt_backend.models.mllama:MllamaForConditionalGeneration",
     "Qwen2VLForConditionalGeneration": "tt_backend.models.qwen2_vl:Qwen2VLForConditionalGeneration",
     "Qwen2_5_VLForConditionalGeneration": "tt_backend.models.qwen2_vl:Qwen2_5_VLForConditionalGeneration",
 }

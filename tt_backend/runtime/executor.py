@@ -19,9 +19,10 @@ from torch import nn
 from tt_backend.contract.forward_batch import ForwardBatch
 from tt_backend.contract.modes import DEVICE_VARIANTS, OPERATIONS, StepMode, StepVariant
 from tt_backend.contract.sampling import SamplingPlan, SamplingTensors
-from tt_backend.contract.step import StepPlan
+from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.device import Device, StagedStep
 from tt_backend.runtime.config import DecodeRuntimeConfig, PrefillRuntimeConfig, StepKey, StepShape
+from tt_backend.runtime.cross_images import cross_inputs
 from tt_backend.runtime.image_embeds import ImageEncoderCache, image_embeds
 from tt_backend.runtime.inputs import prepare_host_inputs, to_device
 from tt_backend.runtime.kv_cache import PagedKVCacheManager
@@ -121,6 +122,7 @@ class EagerExecutor:
         if plan.mode is StepMode.DECODE:
             shape = self.decode.shape(len(plan.rows), max(r.context_len for r in plan.rows), sampling.variant)
             inputs = prepare_host_inputs(plan.rows, block_size, shape.batch, 1, shape.table_width, per_lane)
+            inputs = self._with_cross(inputs, plan.rows, shape.batch, 1)
             source = tuple(range(len(plan.rows)))
             return (PreparedCall(shape, source, inputs, sampling.tensors.rows(list(source), shape.batch)),)
         assert plan.mode is StepMode.PREFILL
@@ -136,9 +138,18 @@ class EagerExecutor:
                 if found is not None:
                     inputs = dataclasses.replace(inputs, embeds=found.embeds, embed_mask=found.mask,
                                                  image_ends=found.ends)
+            inputs = self._with_cross(inputs, rows, shape.batch, shape.seq_len)
             calls.append(PreparedCall(shape, wave.source_rows, inputs,
                                       sampling.tensors.rows(list(wave.source_rows), shape.batch)))
         return tuple(calls)
+
+    def _with_cross(self, inputs: ForwardBatch, rows: Sequence[PlannedRow], batch: int,
+                    seq_len: int) -> ForwardBatch:
+        """`inputs` with the rows' images for a cross-attention model, if any row has them."""
+        if self.images is None or not any(row.cross_images for row in rows):
+            return inputs
+        return dataclasses.replace(inputs, cross=cross_inputs(rows, self.images, self.kv.layout.block_size,
+                                                              self.kv.layout.blocks_per_lane, batch, seq_len))
 
     def compile(self, shape: StepShape) -> None:
         self.programs.compile(shape)
@@ -149,8 +160,9 @@ class EagerExecutor:
         if feedback is not None:
             inputs = feed_back(inputs, feedback)
         step, sampling = self.steps[call.shape.step], call.sampling.to(self.device)
-        if inputs.embeds is not None or inputs.rope_positions is not None:
-            # image embeddings or M-RoPE positions: the model over the whole batch, then its head
+        if inputs.embeds is not None or inputs.rope_positions is not None or inputs.cross is not None:
+            # image embeddings, M-RoPE positions or cross-attention images: the model over the whole
+            # batch, then its head
             assert isinstance(step.body, ModelStep)
             inputs = dataclasses.replace(inputs, decode=step.body.decode)
             logits: torch.Tensor = step.body.model(inputs, self.kv.context.cache)
@@ -182,7 +194,8 @@ class TracedExecutor:
     def execute(self, plan: StepPlan, sampling: SamplingPlan | None = None,
                 feedback: torch.Tensor | None = None) -> torch.Tensor:
         calls = self.eager.prepare(plan, sampling)
-        if any(call.inputs.embeds is not None or call.inputs.rope_positions is not None for call in calls):
+        if any(call.inputs.embeds is not None or call.inputs.rope_positions is not None
+               or call.inputs.cross is not None for call in calls):
             # ModelRunner runs these steps eagerly
             raise RuntimeError("a traced step replays token inputs only; a step with images runs eagerly")
         self.traces.preflight(call.shape for call in calls)  # before any call writes KV

@@ -38,7 +38,8 @@ class ImageEncoderCache:
         """Images the encoder ran for."""
 
     def output(self, image: ImageSpan) -> torch.Tensor:
-        """[image.length, hidden]: the image's encoder output."""
+        """[image.length, hidden] (a cross-attention model's: [image.cross_tokens, hidden]): the
+        image's encoder output."""
         out = self._outputs.get(image.key)
         if out is not None:
             self._outputs.move_to_end(image.key)
@@ -46,11 +47,12 @@ class ImageEncoderCache:
             return out
         self.misses += 1
         out = self.encode(image.pixels)
-        if out.shape[0] != image.length:
-            raise RuntimeError(f"the image encoder gave {out.shape[0]} rows for an image of {image.length} "
-                               "placeholder tokens (the processor and the model disagree)")
+        rows = image.cross_tokens or image.length
+        if out.shape[0] != rows:
+            raise RuntimeError(f"the image encoder gave {out.shape[0]} rows for an image of {rows} "
+                               "tokens (the processor and the model disagree)")
         self._outputs[image.key] = out
-        self._tokens += image.length
+        self._tokens += rows
         while self._tokens > self.capacity_tokens and len(self._outputs) > 1:
             _, old = self._outputs.popitem(last=False)
             self._tokens -= old.shape[0]
@@ -80,6 +82,8 @@ def image_embeds(rows: Sequence[PlannedRow], cache: ImageEncoderCache, batch: in
     ends: torch.Tensor | None = None
     for i, row in enumerate(rows):
         for image in row.images:
+            if image.cross_tokens:  # read by cross-attention (runtime/cross_images.py), not embedded
+                continue
             out = cache.output(image)
             if embeds is None or mask is None:
                 embeds = out.new_zeros(batch, seq_len, out.shape[1])

@@ -91,4 +91,6 @@ def to_device(batch: ForwardBatch, device: torch.device) -> ForwardBatch:
         embeds, mask = embeds.to(device, non_blocking=True), mask.to(device, non_blocking=True)
     ends, rope = ((None if x is None else x.to(device, non_blocking=True))
                   for x in (batch.image_ends, batch.rope_positions))
-    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask, ends, rope)
+    cross = None if batch.cross is None else batch.cross.to(device)
+    return ForwardBatch(ids, positions, slots, tables, lens, indices, batch.decode, embeds, mask, ends, rope,
+                        cross)

@@ -158,5 +158,6 @@ class ModelRunner:
 
 
 def _has_images(plan: StepPlan) -> bool:
-    """Rows with image embeddings (prefill) or M-RoPE positions that follow images (any step)."""
-    return any(row.images or row.rope_images for row in plan.rows)
+    """Rows with image embeddings (prefill), M-RoPE positions that follow images or images read by
+    cross-attention (any step)."""
+    return any(row.images or row.rope_images or row.cross_images for row in plan.rows)

@@ -63,8 +63,9 @@ class KVCacheManager:
         return () if held is None else tuple(held.block_ids)
 
     def blocks_needed(self, request: Request, num_tokens: int) -> int:
-        """Blocks the request still lacks to hold `num_tokens` tokens (negative: spare blocks)."""
-        return -(-num_tokens // self.block_size) - len(self._of(request).block_ids)
+        """Blocks the request still lacks to hold `num_tokens` tokens (at least its kv_floor;
+        negative: spare blocks)."""
+        return -(-max(num_tokens, request.kv_floor) // self.block_size) - len(self._of(request).block_ids)
 
     def get_computed_blocks(self, request: Request) -> ComputedBlocks:
         """The cached blocks of the longest cached prefix of full blocks of the request's tokens,
@@ -82,14 +83,17 @@ class KVCacheManager:
         """How many tokens after the first `start` fit in the request's blocks, `computed` and the
         blocks still free once `computed` is referenced."""
         held = len(self._of(request).block_ids) + len(computed.block_ids)
-        return (held + self._free_after(computed)) * self.block_size - start
+        room = (held + self._free_after(computed)) * self.block_size
+        return room - start if room >= request.kv_floor else 0
 
     def allocate_slots(self, request: Request, num_tokens: int,
                        computed: ComputedBlocks = NO_COMPUTED_BLOCKS) -> AllocatedSlots | None:
         """Reference `computed` (a request holding no blocks yet) and allocate blocks until the
-        request's blocks hold `num_tokens` tokens. None, and nothing changed, when they cannot."""
+        request's blocks hold `num_tokens` tokens, and at least its kv_floor (its images'
+        cross-attention keys and values). None, and nothing changed, when they cannot."""
         held = self._of(request)
         assert not computed.block_ids or not held.block_ids, "a cached prefix starts an empty block list"
+        num_tokens = max(num_tokens, request.kv_floor)
         need = -(-num_tokens // self.block_size) - len(held.block_ids) - len(computed.block_ids)
         if need <= 0 and not computed.block_ids:  # most decode steps: the last block has room
             return AllocatedSlots(tuple(held.block_ids), ())

@@ -256,7 +256,8 @@ class PhaseScheduler:
         """A row of a running request: in this lane, at the request's slot."""
         assert request.slot is not None, f"{request.request_id} holds no slot"
         return PlannedRow(token_ids, start, block_ids, sample, lane=self.lane, slot=request.slot,
-                          prefix_token_ids=prefix, images=images, rope_images=request.rope_images)
+                          prefix_token_ids=prefix, images=images, rope_images=request.rope_images,
+                          cross_images=request.cross_images)
 
     def _schedule_decode(self) -> ScheduledStep:
         rows: list[PlannedRow] = []

@@ -52,6 +52,17 @@ class Request:
         """Its images, when its model's rotary positions follow their grids (PlannedRow.rope_images)."""
         return self.images if any(image.grid is not None for image in self.images) else ()
 
+    @property
+    def cross_images(self) -> tuple[ImageSpan, ...]:
+        """Its images, when its model reads them by cross-attention (PlannedRow.cross_images)."""
+        return self.images if any(image.cross_tokens for image in self.images) else ()
+
+    @property
+    def kv_floor(self) -> int:
+        """Tokens its blocks hold at least: its images' cross-attention keys and values lie at
+        positions [0, kv_floor) of its blocks (PlannedRow.cross_images)."""
+        return sum(image.cross_tokens for image in self.images)
+
     def images_in(self, start: int, stop: int) -> tuple[ImageSpan, ...]:
         """The images whose placeholders overlap positions [start, stop)."""
         return tuple(image for image in self.images if image.overlaps(start, stop))
