@@ -174,24 +174,30 @@ MLLAMA_TILE_TOKENS = 5
 """Cross-attention tokens of one tile of the tiny Mllama (2x2 patches and the class token)."""
 
 
-def build_tiny_mllama(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
+def build_tiny_mllama(tokenizer_dir: Path, out: Path, seed: int = 0, image_token_id: int | None = None,
+                      heads: int = 4) -> None:
     """Llama 3.2 Vision: a 3-layer text model whose middle layer is a cross-attention layer, and a
     tiled vision tower (2 local layers, 1 global) over tiles of 28x28 pixels in 14x14 patches, up to 4
     tiles an image (20 cross-attention tokens); the default model's tokenizer with `<|image|>` added
     as its last token, whose id is the text model's vocab_size (past the head, as Llama 3.2 Vision's
-    is), and transformers' MllamaProcessor."""
+    is), and transformers' MllamaProcessor. `image_token_id`: `<|image|>`'s id (and so the text
+    vocab_size) instead of the next free one: 128256, as Llama 3.2 Vision's, for tt-metal's generator,
+    which hard-codes it (the ids between are unused). `heads`: the text model's attention heads (of
+    its 64 dimensions; 2 gives the 32-wide heads a Tenstorrent tile needs)."""
     import transformers
     from transformers import AutoTokenizer, MllamaImageProcessor, MllamaProcessor
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    vocab = len(tokenizer)
+    if image_token_id is not None:
+        tokenizer = _with_token_at(tokenizer, "<|image|>", image_token_id)
+    vocab = len(tokenizer) if image_token_id is None else image_token_id
     tokenizer.add_special_tokens({"additional_special_tokens": ["<|image|>"]})
     tokenizer.chat_template = MLLAMA_TEMPLATE
     vision = {"hidden_size": 32, "attention_heads": 4, "intermediate_size": 64, "num_hidden_layers": 2,
               "num_global_layers": 1, "image_size": 28, "patch_size": 14, "max_num_tiles": 4,
               "intermediate_layers_indices": [0], "vision_output_dim": 64}
     text = {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
-            "cross_attention_layers": [1], "num_attention_heads": 4, "num_key_value_heads": 2,
+            "cross_attention_layers": [1], "num_attention_heads": heads, "num_key_value_heads": 2,
             "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id, "pad_token_id": 0}
     config = transformers.MllamaConfig(vision_config=vision, text_config=text,
@@ -203,6 +209,39 @@ def build_tiny_mllama(tokenizer_dir: Path, out: Path, seed: int = 0) -> None:
         image_processor=MllamaImageProcessor(size={"height": 28, "width": 28}, max_image_tiles=4),
         tokenizer=tokenizer, chat_template=MLLAMA_TEMPLATE)
     processor.save_pretrained(out)
+
+
+def _with_token_at(tokenizer: Any, token: str, token_id: int) -> Any:
+    """`tokenizer` with the special `token` at id `token_id` (past its vocabulary, with a gap before
+    it), in its tokenizer.json: as an added token and in its model's vocabulary at that id."""
+    import tempfile
+
+    tokenizer.add_special_tokens({"additional_special_tokens": [token]})
+    with tempfile.TemporaryDirectory() as scratch:
+        return _moved(tokenizer, token, token_id, Path(scratch))
+
+
+def _moved(tokenizer: Any, token: str, token_id: int, folder: Path) -> Any:
+    import json
+
+    from transformers import AutoTokenizer
+
+    tokenizer.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        path = folder / name
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for entry in data.get("added_tokens", []):
+            if entry["content"] == token:
+                entry["id"] = token_id
+        if "model" in data:  # the library keeps an added token's id only where its model's vocab holds it
+            data["model"]["vocab"][token] = token_id
+        decoder = data.get("added_tokens_decoder", {})
+        for key in [k for k, v in decoder.items() if v["content"] == token]:
+            decoder[str(token_id)] = decoder.pop(key)
+        path.write_text(json.dumps(data), encoding="utf-8")
+    moved = AutoTokenizer.from_pretrained(folder)
+    assert moved.convert_tokens_to_ids(token) == token_id, moved.convert_tokens_to_ids(token)
+    return moved
 
 
 def _randomize(model: Any, seed: int) -> None:

@@ -1,6 +1,8 @@
 """The `engine_images` scenario of scenarios.py: chat prompts with images through the engine on the
 mesh, one after another (greedy); returns their tokens and what the contract generator was given:
-each prefill's prompt lengths and the images of each of its rows, and the rope deltas of each decode."""
+each prefill's prompt lengths and the images of each of its rows (Mllama's: the pictures' sizes and
+the cross_page_table), and the rope deltas of each decode (Mllama's: the rows given masks, with
+their cross_page_table rows)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ def engine_images(params: dict[str, str], requests: list[dict[str, Any]], max_to
     prefill, decode, runner_prefill = generator.prefill_forward, generator.decode_forward, runner.prefill
     prefills: list[dict[str, Any]] = []
     decode_deltas: list[list[int]] = []
+    decode_masks: list[dict[int, list[int]]] = []
 
     def recording_prefill(tokens: Any, **kwargs: Any) -> Any:
         grids = kwargs.get("image_grid_thw") or [None] * tokens.shape[0]
@@ -32,11 +35,19 @@ def engine_images(params: dict[str, str], requests: list[dict[str, Any]], max_to
                          "images": [None if p is None else [list(x.shape) for x in p]
                                     for p in kwargs.get("pixel_values", [None] * tokens.shape[0])],
                          "grids": [None if g is None else [x.tolist() for x in g] for g in grids],
-                         "enable_trace": kwargs.get("enable_trace")})
+                         "enable_trace": kwargs.get("enable_trace"),
+                         "pictures": [None if im is None else list(im.size)
+                                      for im in kwargs.get("images", [])],
+                         "cross_page_table": _listed(kwargs.get("cross_page_table"))})
         return prefill(tokens, **kwargs)
 
     def recording_decode(*args: Any, **kwargs: Any) -> Any:
         decode_deltas.append(list(kwargs.get("rope_deltas_all_users") or []))
+        masks = kwargs.get("decode_cross_attention_masks")
+        if masks is not None:  # Mllama: which batch rows got masks, and the cross table of those rows
+            table = kwargs["cross_page_table"]
+            decode_masks.append({row: table[row].tolist() for row, mask in enumerate(masks)
+                                 if mask is not None})
         return decode(*args, **kwargs)
 
     steps_with_prefill = 0
@@ -75,6 +86,11 @@ def engine_images(params: dict[str, str], requests: list[dict[str, Any]], max_to
         seen = {"prefill_calls": generator.prefill_calls, "decode_calls": generator.decode_calls}
     finally:
         llm.shutdown()
-    return {"tokens": outputs, "prefills": prefills, "decode_deltas": decode_deltas, **seen,
-            "steps_with_prefill": steps_with_prefill, "trace_prefill": runner.trace.prefill,
-            "eager_steps": runner.eager_steps, "traced_steps": runner.traced_steps}
+    return {"tokens": outputs, "prefills": prefills, "decode_deltas": decode_deltas,
+            "decode_masks": decode_masks, **seen, "steps_with_prefill": steps_with_prefill,
+            "trace_prefill": runner.trace.prefill, "eager_steps": runner.eager_steps,
+            "traced_steps": runner.traced_steps}
+
+
+def _listed(table: Any) -> list[list[int]] | None:
+    return None if table is None else table.tolist()

@@ -43,7 +43,8 @@ def test_on_an_n150_a_t3k_mesh_is_refused_and_the_models_package_is_missing() ->
         "ok       fabric: fabric_config=auto sets FABRIC_1D on a 1x8 mesh",
         MODELS_MISSING,
         "missing  builtin TT classes: TTGemma3ForConditionalGeneration, TTLlamaForCausalLM, "
-        "TTMistral3ForConditionalGeneration, TTMistralForCausalLM, TTQwen2ForCausalLM, "
+        "TTMistral3ForConditionalGeneration, TTMistralForCausalLM, TTMllamaForConditionalGeneration, "
+        "TTQwen2ForCausalLM, "
         "TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM: not checked, tt-metal's generator_vllm "
         "does not import",
         "ok       HF_MODEL: unset: the loader sets it from the model option",

@@ -20,6 +20,7 @@ from tests.tt.mock_device import BUNDLES, run_scenario
 from tests.vision_checkpoints import (
     GEMMA3_IMAGE_TOKENS,
     build_tiny_gemma3,
+    build_tiny_mllama,
     build_tiny_qwen2_vl,
     hf_vision_greedy,
     picture,
@@ -113,3 +114,59 @@ def test_gemma3_prefills_each_image_row_alone_untraced_with_its_images(gemma_dir
                             ([lens[1]], [[[1, 3, 32, 32], [1, 3, 32, 32]]], False),
                             ([lens[2]], [None], seen["trace_prefill"])], key=str)
     assert seen["steps_with_prefill"] == 1  # all three prefilled in one scheduler step
+
+
+MLLAMA_ONE = "<|im_start|>user\n<|image|>What is in this picture?<|im_end|>\n<|im_start|>assistant\n"
+MLLAMA_AFTER = ("<|im_start|>user\nHere is a picture: <|image|> What is in it?<|im_end|>\n"
+                "<|im_start|>assistant\n")
+MLLAMA_TEXT = "<|im_start|>user\nWhat is a lighthouse?<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def mllama_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path:
+    out = tmp_path_factory.mktemp("tiny_mllama_tt")
+    # tt-metal hard-codes Llama 3.2 Vision's image token id; its tiles want heads of 32
+    build_tiny_mllama(model_dir, out, image_token_id=128256, heads=2)
+    return out
+
+
+def test_mllama_prefills_its_image_with_a_cross_table_and_decodes_with_its_masks(mllama_dir: Path) -> None:
+    """Variant mllama (tt-metal's MllamaForConditionalGeneration, rules 90-99): an image request, a
+    text one and one with text before its image, all in flight together (max_num_seqs 3). Each
+    prefill hands the image itself and a cross_page_table (the row's own blocks, which hold the
+    image's cross-attention KV in the cross-attention layers' caches); every decode step sends each
+    image row the masks its prefill returned, with the same cross table, and the text row none.
+    Greedy tokens equal HF's (which they do not if the masks are dropped: the stand-in refuses)."""
+    pictures = {1: picture(1, (40, 30)), 2: picture(2, (70, 30))}
+    requests: list[dict[str, Any]] = [{"text": MLLAMA_ONE, "seeds": [1]}, {"text": MLLAMA_TEXT, "seeds": []},
+                                      {"text": MLLAMA_AFTER, "seeds": [2]}]
+    variant = BUNDLES / "tt_contract_llama" / "variants" / "mllama"
+    params = {"device": "tt", "model": str(mllama_dir), "extra_models_dir": str(variant),
+              "max_model_len": "256", "max_num_seqs": "3",
+              "max_num_batched_tokens": "256", "num_kv_blocks": "48", "dtype": "float32", "block_size": "32"}
+    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
+            for r in requests]
+    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
+                        requests=sent, together=True)
+    refs = [hf_vision_greedy(mllama_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
+            for r in requests]
+    assert seen["tokens"] == [ref.tokens for ref in refs]
+    # one step prefills all three, a call a row (an image row alone), the pictures as they came
+    lens = [len(ref.prompt) for ref in refs]
+    calls = sorted(((c["prompt_lens"], c["pictures"]) for c in seen["prefills"]), key=str)
+    assert calls == sorted([([lens[0]], [[40, 30]]), ([lens[1]], [None]), ([lens[2]], [[70, 30]])], key=str)
+    assert seen["steps_with_prefill"] == 1
+    # an image's 4 tiles of nearest_32(2 x 2 + 1) = 32 tokens: 128 tokens, 4 blocks of 32, in the
+    # row's own page-table row (no block twice); the text row's table holds its prompt's block
+    image_tables = {c["pictures"][0][0]: c["cross_page_table"][0] for c in seen["prefills"]
+                    if c["pictures"][0]}
+    for table in image_tables.values():
+        assert len(set(table[:4])) == 4 and all(0 <= b < 48 for b in table[:4])
+    assert not set(image_tables[40][:4]) & set(image_tables[70][:4])
+    # every decode: masks for the two image rows only, each with its prefill's cross table
+    assert seen["decode_calls"] == MAX_TOKENS - 1 and len(seen["decode_masks"]) == seen["decode_calls"]
+    rows = {tuple(sorted(step)) for step in seen["decode_masks"]}
+    assert len(rows) == 1 and len(next(iter(rows))) == 2
+    tables = {tuple(table[:4]) for step in seen["decode_masks"] for table in step.values()}
+    assert tables == {tuple(t[:4]) for t in image_tables.values()}
+    assert seen["traced_steps"] == 0  # tt-metal's Mllama decode would capture its trace while serving

@@ -127,3 +127,18 @@ def test_which_tokens_see_which_image_follows_transformers(places: list[int]) ->
     assert [(int(a), min(b, 10)) for a, b in ranges] == expected
     last = [j for j, (a, b) in enumerate(ranges) if a <= 9 < b]
     assert [j for j, (a, b) in enumerate(ranges) if a <= 40 < b] == last  # a decode token at 40
+
+
+def test_a_model_taking_one_image_refuses_two_by_name_and_keeps_the_picture(mllama_dir: Path) -> None:
+    """Tenstorrent's Mllama generator takes one image a request (assembly/tt_engine.py gives the
+    prompts max_images=1) and the picture itself (ImageSpan.picture)."""
+    from tt_backend.models.image_prompts import ImagePrompts
+
+    prompts = ImagePrompts.load(mllama_dir, cross_tokens_per_tile=MLLAMA_TILE_TOKENS, max_images=1)
+    images = tuple(decode_image(picture(seed), "image", ImageLimits()) for seed in (1, 2))
+    tokenizer = prompts.processor.tokenizer
+    with pytest.raises(ValueError, match=r"^image: this model takes at most 1 image\(s\) a request, got 2$"):
+        prompts.prepare(tokenizer(TWO).input_ids, images, TWO)
+    span, = prompts.prepare(tokenizer(ONE).input_ids, images[:1], ONE).images
+    assert span.picture is not None and span.picture.size == (40, 30)
+    assert span.cross_tokens == 4 * MLLAMA_TILE_TOKENS

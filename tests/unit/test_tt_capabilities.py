@@ -177,3 +177,35 @@ def test_a_generator_whose_images_nothing_reaches_is_served_text_only() -> None:
     assert not text_only.capabilities.takes_images
     assert (text_only.calls.takes_images, text_only.calls.rope_deltas) == (False, False)
     assert text_only.capabilities.async_decode and text_only.calls.takes_prefill_trace  # the rest kept
+
+
+class CrossAttention(Current):
+    """Shaped like tt-metal's MllamaForConditionalGeneration (generator_vllm.py, the newest found):
+    vLLM's multimodal marker, an explicit prefill_forward naming cross_page_table, and the base
+    Generator's warmup hooks."""
+
+    supports_multimodal = True
+    model_capabilities = {"supports_prefix_caching": False, "supports_async_decode": True,
+                          "supports_sample_on_device": False}
+
+    def prefill_forward(self, tokens: Any, images: Any, page_table: Any, kv_cache: Any,  # type: ignore[override]
+                        prompt_lens: Any, cross_page_table: Any) -> None: ...
+
+    def warmup_model_prefill(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def warmup_model_decode(self, *args: Any, **kwargs: Any) -> None: ...
+
+
+def test_a_generator_naming_cross_page_table_reads_its_image_by_cross_attention() -> None:
+    """Its prefill takes no start_pos, empty_slots or enable_trace, and its warmup hooks are not
+    called (tt-metal's warmup_model_decode calls decode_forward in the text form, which Mllama's
+    decode_forward_llama_vision does not take)."""
+    traits = generator_traits(CrossAttention, HF, 4, 32)
+    calls = traits.calls
+    assert traits.capabilities.takes_images and calls.takes_images and calls.cross_attention
+    assert not (calls.takes_start_pos or calls.takes_empty_slots or calls.takes_prefill_trace)
+    assert (calls.warms_up_prefill, calls.warms_up_decode, calls.rope_deltas) == (False, False, False)
+    assert not traits.capabilities.prefix_caching and not traits.capabilities.device_sampling
+    assert not generator_traits(Multimodal, HF, 4, 32).calls.cross_attention  # Qwen's, Gemma's: images only
+    without = type("NoMarker", (CrossAttention,), {"supports_multimodal": False})  # no images, no cross
+    assert not generator_traits(without, HF, 4, 32).calls.cross_attention

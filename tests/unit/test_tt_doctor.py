@@ -63,7 +63,8 @@ def test_the_doctor_without_ttnn_says_what_is_missing_and_exits_1() -> None:
         "warn     fabric: not checked: no mesh",
         MODELS_MISSING_LINE,
         "missing  builtin TT classes: TTGemma3ForConditionalGeneration, TTLlamaForCausalLM, "
-        "TTMistral3ForConditionalGeneration, TTMistralForCausalLM, TTQwen2ForCausalLM, "
+        "TTMistral3ForConditionalGeneration, TTMistralForCausalLM, TTMllamaForConditionalGeneration, "
+        "TTQwen2ForCausalLM, "
         "TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM: not checked, tt-metal's generator_vllm "
         "does not import",
         "ok       HF_MODEL: unset: the loader sets it from the model option",
@@ -296,7 +297,8 @@ def test_a_checkpoints_architectures_map_to_a_tt_class(tmp_path: Path) -> None:
     assert check_checkpoint(str(tmp_path), registry, builtins_import=True).line() == (
         "missing  model: architectures=['GPT2LMHeadModel'] are not supported on tt; known: "
         "TTGemma3ForConditionalGeneration, TTLlamaForCausalLM, TTMistral3ForConditionalGeneration, "
-        "TTMistralForCausalLM, TTQwen2ForCausalLM, TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM "
+        "TTMistralForCausalLM, TTMllamaForConditionalGeneration, TTQwen2ForCausalLM, "
+        "TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM "
         "-> add a bundle for it with extra_models_dir")
     assert check_checkpoint(str(tmp_path / "none"), registry, builtins_import=True).line() == (
         f"missing  model: {tmp_path / 'none'}: no config.json there -> give the folder of an HF checkpoint "

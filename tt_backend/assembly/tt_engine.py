@@ -24,12 +24,37 @@ logger = logging.getLogger(__name__)
 def build_tt_engine(config: EngineConfig) -> LLMEngine:
     loaded = load_tt_model(config)
     try:
+        per_tile, max_images = _cross_images(loaded) if loaded.traits.calls.cross_attention else (0, None)
         runner = _runner_over(loaded)
     except BaseException:
         loaded.close()
         raise
     return finish_engine(loaded.config, runner, loaded.model_dir, text_config(loaded.hf_config).vocab_size,
-                         loaded.capabilities.takes_images)
+                         loaded.capabilities.takes_images, cross_tokens_per_tile=per_tile,
+                         max_images=max_images)
+
+
+MLLAMA_IMAGE_TOKEN_ID = 128256
+"""tt-metal's MllamaForConditionalGeneration finds a row's image by this id, hard-coded."""
+
+
+def _cross_images(loaded: TTLoadedModel) -> tuple[int, int]:
+    """(an image tile's tokens in the cross-attention KV, the most images a request may bring) for
+    tt-metal's Mllama generator: its max_cross_attn_tokens over the tower's max_num_tiles (tiles of
+    nearest_32 of their tokens, the padding tiles too), and one image (it asserts one a row)."""
+    name = type(loaded.generator).__qualname__
+    token = getattr(loaded.hf_config, "image_token_index", None)
+    if token != MLLAMA_IMAGE_TOKEN_ID:
+        raise ValueError(f"{name} finds a row's image by the token id {MLLAMA_IMAGE_TOKEN_ID} (tt-metal "
+                         f"hard-codes it), but this checkpoint's image_token_index is {token}")
+    tiles = int(loaded.hf_config.vision_config.max_num_tiles)
+    tokens = int(getattr(loaded.generator, "max_cross_attn_tokens", 0))
+    if tokens <= 0 or tokens % tiles:
+        raise ValueError(f"{name}.max_cross_attn_tokens={tokens} is not a whole number of tokens for each of "
+                         f"its {tiles} tiles")
+    logger.info("tt: %s reads one image a request by cross-attention: %d tokens of cross-attention KV an "
+                "image (%d tiles), in the request's own blocks", name, tokens, tiles)
+    return tokens // tiles, 1
 
 
 def _runner_over(loaded: TTLoadedModel) -> GeneratorRunner:
@@ -101,7 +126,7 @@ def _warmed_traces(trace: TraceConfig, calls: TTCallForms, name: str) -> TraceCo
     """Trace only what the generator's warmup captures before serving: a step traced without its
     warmup hook would capture while serving (over programs compiled mid-capture)."""
     if trace.decode and not calls.warms_up_decode:
-        logger.info("tt: decode and prefill run eager: %s has no warmup_model_decode", name)
+        logger.info("tt: decode and prefill run eager: %s has no warmup_model_decode this runner calls", name)
         return TraceConfig(TraceMode.NONE)
     if trace.prefill and not calls.warms_up_prefill:
         logger.info("tt: prefill runs eager: %s has no warmup_model_prefill", name)

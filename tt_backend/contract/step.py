@@ -36,6 +36,9 @@ class ImageSpan:
     placeholder token keeps its own embedding. 0 for other models."""
     cross_seen: int = 0
     """Of `cross_tokens`, the leading ones a token that sees the image attends to (its image's tiles)."""
+    picture: object = field(default=None, repr=False, compare=False)
+    """A cross-attention model's image itself (RGB PIL), for a generator that takes it as it is
+    (tt-metal's Mllama runs its own image transform); None for other models."""
 
     @property
     def end(self) -> int:

@@ -35,21 +35,25 @@ class ImagePrompt:
 
 
 class ImagePrompts:
-    def __init__(self, processor: Any, bidirectional: bool = False, cross_tokens_per_tile: int = 0) -> None:
+    def __init__(self, processor: Any, bidirectional: bool = False, cross_tokens_per_tile: int = 0,
+                 max_images: int | None = None) -> None:
         self.processor = processor
         self.bidirectional = bidirectional
         """The model's image tokens attend to each other both ways (its spans are prefilled whole)."""
         self.cross_tokens_per_tile = cross_tokens_per_tile
         """A model that reads images by cross-attention (Mllama): an image tile's tokens in its
-        cross-attention KV; its placeholders are not expanded (0: another model)."""
+        cross-attention KV; its placeholders are not expanded, and each span keeps its image itself
+        (`ImageSpan.picture`, which tt-metal's Mllama generator takes) (0: another model)."""
+        self.max_images = max_images
+        """The most images a request may bring to this model (None: the input limits' alone)."""
         self.placeholder: str = processor.image_token
         self.placeholder_id: int = int(processor.image_token_id)
         ids = getattr(processor, "image_token_ids", None) or [self.placeholder_id]
         self.feature_id: int = int(ids[0])
 
     @classmethod
-    def load(cls, model_dir: Path, bidirectional: bool = False,
-             cross_tokens_per_tile: int = 0) -> ImagePrompts:
+    def load(cls, model_dir: Path, bidirectional: bool = False, cross_tokens_per_tile: int = 0,
+             max_images: int | None = None) -> ImagePrompts:
         from tt_backend.models.processors import load_processor
 
         try:
@@ -60,13 +64,16 @@ class ImagePrompts:
         if not hasattr(processor, "image_processor") or not hasattr(processor, "image_token_id"):
             raise ValueError(f"{model_dir}: {type(processor).__name__} is not the processor of a "
                              "vision-language model (it has no image_processor or image_token_id)")
-        return cls(processor, bidirectional, cross_tokens_per_tile)
+        return cls(processor, bidirectional, cross_tokens_per_tile, max_images)
 
     def prepare(self, prompt_ids: Sequence[int], images: Sequence[ImageInput],
                 text: str | None = None) -> ImagePrompt:
         """The prompt (`text`, tokenized as `prompt_ids`, or the ids alone) with its placeholders
         expanded, and its images' spans; ValueError naming `image` when placeholders and images do
         not pair up."""
+        if self.max_images is not None and len(images) > self.max_images:
+            raise ValueError(f"image: this model takes at most {self.max_images} image(s) a request, got "
+                             f"{len(images)}")
         places = [i for i, token in enumerate(prompt_ids) if token == self.placeholder_id]
         if len(places) != len(images):
             raise ValueError(
@@ -92,12 +99,12 @@ class ImagePrompts:
         counts = [expansion.count(self.feature_id) for expansion, _ in alone]
         assert len(at) == sum(counts), f"{len(at)} image tokens in the prompt for images of {counts}"
         spans = []
-        for image, count, (_, pixels) in zip(images, counts, alone, strict=True):
+        for image, picture, count, (_, pixels) in zip(images, pictures, counts, alone, strict=True):
             mine, at = at[:count], at[count:]
             start = mine[0]
             assert mine[-1] - start == count - 1, "an image's tokens are one run"
             spans.append(ImageSpan(image.sha256, start, count, pixels, self.bidirectional, self._grid(pixels),
-                                   *self._cross(pixels)))
+                                   *self._cross(pixels), picture if self.cross_tokens_per_tile else None))
         return ImagePrompt(ids, tuple(spans))
 
     def _grid(self, pixels: dict[str, Any]) -> tuple[int, int, int] | None:

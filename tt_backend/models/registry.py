@@ -59,13 +59,11 @@ TT_BUILTINS = {
         "models.tt_transformers.tt.generator_vllm:Gemma3ForConditionalGeneration",
     "TTMistral3ForConditionalGeneration":
         "models.tt_transformers.tt.generator_vllm:Mistral3ForConditionalGeneration",
+    # cross-attention (TTCallForms.cross_attention): one PIL image a row, cross_page_table, masks back
+    "TTMllamaForConditionalGeneration":
+        "models.tt_transformers.tt.generator_vllm:MllamaForConditionalGeneration",
 }
-TT_REFUSED = {
-    "TTMllamaForConditionalGeneration": (
-        "Llama 3.2 Vision on Tenstorrent needs cross-attention KV of its own (tt-metal's prefill_forward("
-        "images, cross_page_table) and the masks its prefill returns for decode); the Tenstorrent vLLM "
-        "plugin's V1 runner refuses encoder-decoder models too, and this backend does not serve it yet"),
-}
+TT_REFUSED: dict[str, str] = {}
 """Architectures tt-metal has a generator for that the Tenstorrent path refuses, and why."""
 TT_IMAGES_UNREACHABLE = {
     "TTMistral3ForConditionalGeneration": (

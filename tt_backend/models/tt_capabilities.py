@@ -16,7 +16,10 @@ models/common/model_capabilities.py, `ModelCapabilitiesMixin`; the plugin reads 
 
 An absent key means "not supported". A class with vLLM's SupportsMultiModal marker
 (`supports_multimodal = True`) takes images; with M-RoPE (an `mrope_section` in its config, vLLM's
-`uses_mrope`) its prefill returns rope deltas that its decode takes back. A model with a sliding
+`uses_mrope`) its prefill returns rope deltas that its decode takes back; one whose prefill_forward
+names `cross_page_table` (Mllama) reads its image by cross-attention, and its warmup hooks are not
+called (tt-metal's warmup_model_decode calls decode_forward in the text form, which Mllama's decode,
+decode_forward_llama_vision, does not take: its steps run untraced). A model with a sliding
 window gets no prefix caching (the plugin's rule, platform.py). Signatures are the fallback, for
 generators that declare nothing: current tt-metal's `prefill_forward(*args, **kwargs)` says
 nothing, so a declaring generator is taken to have the plugin's contract (start_pos always,
@@ -101,7 +104,7 @@ def read_form(cls: type) -> bool:
 def without_images(traits: TTGeneratorTraits) -> TTGeneratorTraits:
     """`traits` of a multimodal generator served text only (requests with images refused)."""
     capabilities = dataclasses.replace(traits.capabilities, takes_images=False)
-    calls = dataclasses.replace(traits.calls, takes_images=False, rope_deltas=False)
+    calls = dataclasses.replace(traits.calls, takes_images=False, rope_deltas=False, cross_attention=False)
     return dataclasses.replace(traits, capabilities=capabilities, calls=calls)
 
 
@@ -143,6 +146,7 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
         raise ValueError(f"{cls.__qualname__}.model_capabilities "
                          f"resumed_prefill_token_alignment={alignment!r} is not a positive int")
     takes_images = bool(getattr(cls, "supports_multimodal", False))
+    cross = takes_images and takes(cls, "prefill_forward", "cross_page_table", False)
     capabilities = ModelCapabilities(
         prefix_caching=prefix, chunked_prefill=chunked, batched_prefill=True, takes_images=takes_images,
         max_prefill_batch=max_prefill_batch,
@@ -152,8 +156,9 @@ def generator_traits(cls: type, hf_config: Any, max_prefill_batch: int, block_si
     calls = TTCallForms(start_pos, takes(cls, "prefill_forward", "empty_slots", declared),
                         takes(cls, "prefill_forward", "enable_trace", declared),
                         math.lcm(block_size, alignment) if alignment else block_size, read_form(cls),
-                        hasattr(cls, "warmup_model_prefill"), hasattr(cls, "warmup_model_decode"),
-                        takes_images, takes_images and uses_mrope(hf_config))
+                        hasattr(cls, "warmup_model_prefill") and not cross,
+                        hasattr(cls, "warmup_model_decode") and not cross,
+                        takes_images, takes_images and uses_mrope(hf_config), cross)
     return TTGeneratorTraits(capabilities, declared, calls)
 
 

@@ -50,6 +50,7 @@ from tt_backend.devices.cleanup import CleanupError, CleanupLog
 from tt_backend.devices.tt.generator import TTCallForms, TTGenerator, TTSamplingParams
 from tt_backend.devices.tt.kv_cache import TTPagedKVCache
 from tt_backend.runtime.config import SamplingConfig, TraceConfig
+from tt_backend.runtime.generator_cross import CrossAttentionCalls
 from tt_backend.runtime.generator_images import image_inputs
 from tt_backend.runtime.generator_reads import DecodeRead, DecodeReads
 from tt_backend.runtime.generator_sampling import tt_sampling_params
@@ -89,6 +90,8 @@ class GeneratorRunner:
         """A tt-metal generator runs its vision encoder inside prefill_forward: nothing cached here."""
         self.rope_deltas: dict[int, int] = {}
         """An M-RoPE generator's delta of each batch slot's request, from its prefill (calls.rope_deltas)."""
+        self.cross = CrossAttentionCalls() if calls.cross_attention else None
+        """Llama 3.2 Vision's masks of each batch slot's request, from its prefill (calls.cross_attention)."""
         self.cleanup_log = CleanupLog()
         self._close_device = close_device
         self._closed = False
@@ -190,11 +193,15 @@ class GeneratorRunner:
             kwargs["enable_trace"] = self.trace.prefill and not any(row.images for row in rows)
         if params is not None:
             kwargs["sampling_params"] = params
-        if calls.takes_images:
-            kwargs.update(image_inputs(rows))
         table = self.page_table(list(enumerate(rows)), len(rows))
+        if self.cross is not None:  # the rows' own blocks hold their cross-attention KV too
+            kwargs.update(self.cross.prefill_kwargs(rows, table))
+        elif calls.takes_images:
+            kwargs.update(image_inputs(rows))
         out = self.generator.prefill_forward(tokens, page_table=table, kv_cache=self.kv.caches,
                                              prompt_lens=[row.context_len for row in rows], **kwargs)
+        if self.cross is not None:
+            out = self.cross.keep(self.slots(rows), out)
         if calls.rope_deltas:  # (logits, rope_deltas [B, 1]): kept for the rows' decode steps
             out, deltas = out
             values = torch.as_tensor(deltas).reshape(-1).tolist()
@@ -223,17 +230,21 @@ class GeneratorRunner:
         kwargs: dict[str, Any] = {} if params is None else {"sampling_params": params}
         if self.calls.rope_deltas:  # the plugin's authoritative list, one per batch row
             kwargs["rope_deltas_all_users"] = [self.rope_deltas.get(slot, 0) for slot in range(batch)]
+        if self.cross is not None:
+            kwargs.update(self.cross.decode_kwargs(slots, table, batch))
         if self.enable_trace:
             self.traced_steps += 1
         else:
             self.eager_steps += 1
         if self.calls.async_read:
-            device_out = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
-                                          enable_trace=self.enable_trace, read_from_device=False, **kwargs)
+            device_out = g.decode_forward(tokens=tokens, start_pos=start_pos, page_table=table,
+                                          kv_cache=self.kv.caches, enable_trace=self.enable_trace,
+                                          read_from_device=False, **kwargs)
             return self.reads.start(device_out, slots, is_tokens=params is not None)
         # the older generators read inside decode_forward (and sample on the host)
-        processed = g.decode_forward(tokens, start_pos, page_table=table, kv_cache=self.kv.caches,
-                                     enable_trace=self.enable_trace, read_from_device=True)
+        processed = g.decode_forward(tokens=tokens, start_pos=start_pos, page_table=table,
+                                     kv_cache=self.kv.caches, enable_trace=self.enable_trace,
+                                     read_from_device=True)
         return DecodeRead(None, [], slots, False, self.reads.rows(processed, slots, False))
 
     # ---- async decode: launched steps, read later ---------------------------------------------
@@ -255,7 +266,11 @@ class GeneratorRunner:
     # ---- warmup ------------------------------------------------------------------------------
     def warmup(self) -> list[str]:
         """The generator's two-phase warmup before the model reports ready
-        (runtime/generator_warmup.py); returns the hooks called, in order."""
+        (runtime/generator_warmup.py); returns the hooks called, in order. Mllama's are not called:
+        they run its decode in the text form, which it does not take (runtime/generator_cross.py)."""
+        if self.cross is not None:
+            logger.info("tt: generator warmup: skipped for a cross-attention generator (untraced steps)")
+            return []
         return warm_up(self.generator, self.kv.caches, self.trace, self.lanes * self.decode_capacity,
                        self.table_width, self.sampling)
 

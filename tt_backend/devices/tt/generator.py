@@ -74,6 +74,11 @@ class TTCallForms:
     rope_deltas: bool = False
     """An M-RoPE model (Qwen2.5-VL): prefill_forward returns (logits, rope_deltas) and decode_forward
     takes each batch row's delta as `rope_deltas_all_users` (the plugin's mrope_position_delta)."""
+    cross_attention: bool = False
+    """Llama 3.2 Vision (tt-metal's MllamaForConditionalGeneration, runtime/generator_cross.py):
+    prefill_forward(tokens, images, page_table, kv_cache, prompt_lens, cross_page_table) with one
+    image itself (PIL) or None a row, returning logits and four per-row mask lists, which
+    decode_forward takes back by keyword with the cross_page_table; no warmup hooks it can run."""
 
 
 class TTGenerator(Protocol):
@@ -91,13 +96,15 @@ class TTGenerator(Protocol):
         the submesh of batch slot empty_slots[i]; with enable_trace its padded length's captured
         trace replays."""
 
-    def decode_forward(self, tokens: torch.Tensor, start_pos: torch.Tensor, /, *, page_table: torch.Tensor,
+    def decode_forward(self, *, tokens: torch.Tensor, start_pos: torch.Tensor, page_table: torch.Tensor,
                        kv_cache: list[Any], enable_trace: bool, read_from_device: bool,
                        sampling_params: TTSamplingParams | None = None) -> Any:
         """One decode step of tokens [B, 1] at start_pos [B] (-1: a padding row), the batch split
         into one equal chunk per submesh; with `enable_trace` a captured ttnn trace replays; with
         `sampling_params` the step samples on the device and outputs tokens. With
-        read_from_device=False: the per-submesh device outputs, for `read_decode_output`."""
+        read_from_device=False: the per-submesh device outputs, for `read_decode_output`. Every
+        argument by keyword, as the plugin passes them (Mllama's decode_forward_llama_vision takes
+        start_pos before tokens)."""
 
     def read_decode_output(self, tt_out: Any, /, *, async_read: bool) -> Any:
         """Copy decode's device outputs to the host; with async_read: (host outputs, one event per

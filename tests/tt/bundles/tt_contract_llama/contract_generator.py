@@ -30,6 +30,8 @@ tokens or a violation. The classes (each a bundle, see RULES.md "Variants"):
                                prefill, rope deltas out of it and into decode (host_vision.py)
     TTGemma3ForConditionalGeneration  tt-metal's Gemma 3 generator (GM, see the class): images through
                                G's prefill_forward_text, one row per prefill, untraced
+    TTMllamaForConditionalGeneration  tt-metal's Llama 3.2 Vision generator (mllama_generator.py):
+                               one image a row, cross_page_table, masks from prefill into decode
 """
 
 from __future__ import annotations
@@ -434,9 +436,23 @@ class TTGemma3ForConditionalGeneration(TTLlamaForCausalLM):
         return self._images[row]
 
 
+mllama = core.load_by_path(core.HERE / "mllama_generator.py", "tt_contract_llama_mllama")
+
+
+class TTMllamaForConditionalGeneration(mllama.MllamaCalls, TTLlamaForCausalLM):
+    """GM tt-metal's `MllamaForConditionalGeneration(Generator, SupportsMultiModal)` (mllama_generator.py:
+    GM, G1, LV, CF, V0): one image itself a row in prefill_forward(tokens, images, page_table, kv_cache,
+    prompt_lens, cross_page_table), its cross-attention KV through cross_page_table, four per-row mask
+    lists back that decode_forward_llama_vision takes, untraced, read with read_decode_output. Rules
+    90-99. The numbers: HF's Mllama on the host (host_vision.py MllamaReference)."""
+
+    reference = vision.MllamaReference
+
+
 VARIANTS: dict[str, type] = {"current": TTLlamaForCausalLM, "chunked": TTLlamaChunkedForCausalLM,
                              "aligned": TTLlamaAlignedForCausalLM, "older": TTLlamaOlderForCausalLM,
                              "sampling": TTLlamaSamplingForCausalLM,
                              "qwen25_vl": TTQwen2_5_VLForConditionalGeneration,
-                             "gemma3_vision": TTGemma3ForConditionalGeneration}
+                             "gemma3_vision": TTGemma3ForConditionalGeneration,
+                             "mllama": TTMllamaForConditionalGeneration}
 """The bundles under variants/<name>/llama/ pick their class here by <name>."""

@@ -1,4 +1,4 @@
-"""The host numbers of a vision-language contract generator: HF transformers' Qwen2.5-VL or Gemma 3
+"""The host numbers of a vision-language contract generator: HF transformers' Qwen2.5-VL, Gemma 3 or Mllama
 (fp32, eval, no_grad; never our model code) over a row's whole context with its images, as HFReference is for
 text (host_compute.py).
 
@@ -105,3 +105,58 @@ class Gemma3Reference(VisionReference):
     def _step_inputs(self, token: int, index: int, rope_delta: int) -> dict[str, Any]:
         ids = torch.tensor([[token]])
         return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids)}
+
+
+class MllamaReference(VisionReference):
+    """HF's Llama 3.2 Vision (MllamaForConditionalGeneration): a prefill takes the row's image as
+    transformers' MllamaImageProcessor makes it (pixel_values, aspect_ratio_ids, aspect_ratio_mask)
+    and the cross_attention_mask MllamaProcessor builds from the ids (get_cross_attention_token_mask:
+    from the image token on); a decode's token sees what the sequence's last token saw (HF's generate
+    repeats the mask's last row), through the cross-attention keys and values the prefill cached."""
+
+    def __init__(self, path: str) -> None:
+        from transformers import AutoProcessor
+        super().__init__(path)
+        self.processor = AutoProcessor.from_pretrained(Path(path))
+        self._rows: dict[int, torch.Tensor | None] = {}
+
+    @torch.no_grad()
+    def prefill(self, tokens: list[int], last_hash: int, pixel_values: torch.Tensor | None = None,
+                image_grid_thw: torch.Tensor | None = None, picture: Any = None) -> torch.Tensor:
+        from transformers.models.mllama.processing_mllama import (
+            convert_sparse_cross_attention_mask_to_dense,
+            get_cross_attention_token_mask,
+        )
+        ids = torch.tensor([tokens])
+        inputs: dict[str, Any] = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        row = None
+        if picture is not None:
+            images = self.processor.image_processor(images=[[picture]], return_tensors="pt")
+            tiles = images.pop("num_tiles")
+            sparse = [get_cross_attention_token_mask(tokens, self.image_token_id)]
+            dense = convert_sparse_cross_attention_mask_to_dense(
+                sparse, num_tiles=tiles, max_num_tiles=self.processor.image_processor.max_image_tiles,
+                length=len(tokens))
+            mask = torch.as_tensor(dense)
+            inputs.update({**dict(images), "cross_attention_mask": mask})
+            row = mask[:, -1:]
+        out = self.model(**inputs, use_cache=True)
+        self._keep(last_hash, getattr(out, self._cache_arg))
+        self._rows[last_hash] = row
+        return out.logits[0, -1].float()
+
+    @torch.no_grad()
+    def decode(self, context: list[int], token: int, context_hash: int, new_hash: int,
+               rope_delta: int = 0) -> torch.Tensor:
+        state = self._states.pop(context_hash, None)
+        if state is None:
+            raise RuntimeError("the host model's cache of this sequence is gone (too many live sequences); "
+                               "a vision row cannot be recomputed without its image")
+        row = self._rows.pop(context_hash, None)
+        inputs: dict[str, Any] = {"input_ids": torch.tensor([[token]])}
+        if row is not None:
+            inputs["cross_attention_mask"] = row
+        out = self.model(**inputs, use_cache=True, **{self._cache_arg: state})
+        self._keep(new_hash, getattr(out, self._cache_arg))
+        self._rows[new_hash] = row
+        return out.logits[0, -1].float()
