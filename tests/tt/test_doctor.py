@@ -83,7 +83,8 @@ def test_a_bundle_serves_without_the_models_package(tmp_path: Path) -> None:
         "{'supports_prefix_caching': True, 'supports_async_decode': True}; read: "
         "read_decode_output(async_read); warmup: warmup_model_prefill, warmup_model_decode",
         "warn     builtin TT classes: TTGemma3ForConditionalGeneration, TTMistral3ForConditionalGeneration, "
-        "TTMistralForCausalLM, TTQwen2ForCausalLM, TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM: "
+        "TTMistralForCausalLM, TTMllamaForConditionalGeneration, TTQwen2ForCausalLM, "
+        "TTQwen2_5_VLForConditionalGeneration, TTQwen3ForCausalLM: "
         "not checked, tt-metal's generator_vllm does not import",
         f"ok       HF_MODEL: unset: the loader sets it from the model option ({checkpoint})",
         f"ok       model: {checkpoint}: architectures ['LlamaForCausalLM'] -> TTLlamaForCausalLM "

@@ -119,6 +119,8 @@ class MllamaReference(VisionReference):
         super().__init__(path)
         self.processor = AutoProcessor.from_pretrained(Path(path))
         self._rows: dict[int, torch.Tensor | None] = {}
+        """The cross_attention_mask row of each kept sequence's last token (None: it has no image)."""
+        self._step_row: torch.Tensor | None = None
 
     @torch.no_grad()
     def prefill(self, tokens: list[int], last_hash: int, pixel_values: torch.Tensor | None = None,
@@ -145,18 +147,15 @@ class MllamaReference(VisionReference):
         self._rows[last_hash] = row
         return out.logits[0, -1].float()
 
-    @torch.no_grad()
+    def _step_inputs(self, token: int, index: int, rope_delta: int) -> dict[str, Any]:
+        inputs: dict[str, Any] = {"input_ids": torch.tensor([[token]])}
+        if self._step_row is not None:
+            inputs["cross_attention_mask"] = self._step_row
+        return inputs
+
     def decode(self, context: list[int], token: int, context_hash: int, new_hash: int,
                rope_delta: int = 0) -> torch.Tensor:
-        state = self._states.pop(context_hash, None)
-        if state is None:
-            raise RuntimeError("the host model's cache of this sequence is gone (too many live sequences); "
-                               "a vision row cannot be recomputed without its image")
-        row = self._rows.pop(context_hash, None)
-        inputs: dict[str, Any] = {"input_ids": torch.tensor([[token]])}
-        if row is not None:
-            inputs["cross_attention_mask"] = row
-        out = self.model(**inputs, use_cache=True, **{self._cache_arg: state})
-        self._keep(new_hash, getattr(out, self._cache_arg))
-        self._rows[new_hash] = row
-        return out.logits[0, -1].float()
+        self._step_row = self._rows.pop(context_hash, None)
+        logits = super().decode(context, token, context_hash, new_hash, rope_delta)
+        self._rows[new_hash] = self._step_row
+        return logits
