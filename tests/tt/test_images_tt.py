@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 from tests.tt.mock_device import BUNDLES, run_scenario
 from tests.vision_checkpoints import (
     GEMMA3_IMAGE_TOKENS,
+    Greedy,
     build_tiny_gemma3,
     build_tiny_mllama,
     build_tiny_qwen2_vl,
@@ -41,21 +42,29 @@ def qwen_dir(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Path:
     return out
 
 
+def run_vision(model_dir: Path, variant: str, requests: list[dict[str, Any]], pictures: dict[int, bytes],
+               together: bool = False, **options: str) -> tuple[dict[str, Any], list[Greedy]]:
+    """The engine_images scenario on a mock n150 over the contract generator's `variant` (each request:
+    its text and the seeds of its pictures), and HF's greedy tokens for each request."""
+    params = {"device": "tt", "model": str(model_dir),
+              "extra_models_dir": str(BUNDLES / "tt_contract_llama" / "variants" / variant),
+              "max_model_len": "256", "max_num_batched_tokens": "256", "dtype": "float32", **options}
+    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
+            for r in requests]
+    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
+                        requests=sent, together=together)
+    refs = [hf_vision_greedy(model_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
+            for r in requests]
+    return seen, refs
+
+
 def test_qwen2_5_vl_prefills_with_its_images_and_decodes_with_its_rope_deltas(qwen_dir: Path) -> None:
     pictures = {1: picture(1, (40, 30)), 2: picture(2, (30, 100)), 3: picture(3, (90, 90))}
     requests: list[dict[str, Any]] = [
         {"text": chat(f"{IMAGE}What is in this picture?"), "seeds": [1]},
         {"text": chat(f"{IMAGE}and {IMAGE}Which is brighter?"), "seeds": [2, 3]},
         {"text": chat("What is a picture?"), "seeds": []}]
-    params = {"device": "tt", "model": str(qwen_dir), "extra_models_dir": str(BUNDLES / "tt_contract_llama" /
-              "variants" / "qwen25_vl"), "max_model_len": "256", "max_num_seqs": "2",
-              "max_num_batched_tokens": "256", "num_kv_blocks": "32", "dtype": "float32"}
-    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
-            for r in requests]
-    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
-                        requests=sent)
-    refs = [hf_vision_greedy(qwen_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
-            for r in requests]
+    seen, refs = run_vision(qwen_dir, "qwen25_vl", requests, pictures, max_num_seqs="2", num_kv_blocks="32")
     assert seen["tokens"] == [ref.tokens for ref in refs]
     # one prefill a request, its whole prompt, its images as the plugin sends them: 2x3, then 4x1 and
     # 3x3 tokens (4x6, 8x2 and 6x6 patches of 3 x 2 x 14 x 14 pixels)
@@ -94,15 +103,8 @@ def test_gemma3_prefills_each_image_row_alone_untraced_with_its_images(gemma_dir
         {"text": gemma_chat(f"{GEMMA_IMAGE}What is in this picture?"), "seeds": [1]},
         {"text": gemma_chat(f"{GEMMA_IMAGE} and {GEMMA_IMAGE}: which is brighter?"), "seeds": [2, 3]},
         {"text": gemma_chat("What is a picture?"), "seeds": []}]
-    params = {"device": "tt", "model": str(gemma_dir), "extra_models_dir": str(BUNDLES / "tt_contract_llama" /
-              "variants" / "gemma3_vision"), "max_model_len": "256", "max_num_seqs": "3",
-              "max_num_batched_tokens": "256", "num_kv_blocks": "48", "dtype": "float32", "trace_mode": "all"}
-    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
-            for r in requests]
-    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
-                        requests=sent, together=True)
-    refs = [hf_vision_greedy(gemma_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
-            for r in requests]
+    seen, refs = run_vision(gemma_dir, "gemma3_vision", requests, pictures, together=True, max_num_seqs="3",
+                            num_kv_blocks="48", trace_mode="all")
     assert seen["tokens"] == [ref.tokens for ref in refs]
     # the images as the plugin sends Gemma 3's: per image [1, 3, 32, 32] (no crops); each row with
     # images alone in an untraced call; the text row traced as text prefills are
@@ -140,16 +142,8 @@ def test_mllama_prefills_its_image_with_a_cross_table_and_decodes_with_its_masks
     pictures = {1: picture(1, (40, 30)), 2: picture(2, (70, 30))}
     requests: list[dict[str, Any]] = [{"text": MLLAMA_ONE, "seeds": [1]}, {"text": MLLAMA_TEXT, "seeds": []},
                                       {"text": MLLAMA_AFTER, "seeds": [2]}]
-    variant = BUNDLES / "tt_contract_llama" / "variants" / "mllama"
-    params = {"device": "tt", "model": str(mllama_dir), "extra_models_dir": str(variant),
-              "max_model_len": "256", "max_num_seqs": "3",
-              "max_num_batched_tokens": "256", "num_kv_blocks": "48", "dtype": "float32", "block_size": "32"}
-    sent = [{"text": r["text"], "images": [base64.b64encode(pictures[s]).decode() for s in r["seeds"]]}
-            for r in requests]
-    seen = run_scenario("engine_images", "n150", timeout=900, params=params, max_tokens=MAX_TOKENS,
-                        requests=sent, together=True)
-    refs = [hf_vision_greedy(mllama_dir, r["text"], [pictures[s] for s in r["seeds"]], MAX_TOKENS)
-            for r in requests]
+    seen, refs = run_vision(mllama_dir, "mllama", requests, pictures, together=True, max_num_seqs="3",
+                            num_kv_blocks="48", block_size="32")
     assert seen["tokens"] == [ref.tokens for ref in refs]
     # one step prefills all three, a call a row (an image row alone), the pictures as they came
     lens = [len(ref.prompt) for ref in refs]

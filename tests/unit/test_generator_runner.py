@@ -252,6 +252,17 @@ def test_warmup_without_hooks_calls_nothing() -> None:
     assert runner.warmup() == [] and generator.calls == []
 
 
+def test_hooks_the_call_forms_do_not_name_are_not_called() -> None:
+    """tt-metal's Mllama has both hooks, but they run its decode in a form it does not take: its call
+    forms say neither is called (models/tt_capabilities.py), and none is."""
+    cross = dataclasses.replace(CALLS, warms_up_prefill=False, warms_up_decode=False)
+    runner, generator, _ = _runner(calls=cross)
+    seen: list[str] = []
+    generator.warmup_model_prefill = lambda **kwargs: seen.append("prefill")  # type: ignore[attr-defined]
+    generator.warmup_model_decode = lambda **kwargs: seen.append("decode")  # type: ignore[attr-defined]
+    assert runner.warmup() == [] and seen == []
+
+
 class MropeGenerator(RecordingGenerator):
     """A multimodal M-RoPE generator's returns (tt-metal's Qwen2.5-VL): prefill (logits, rope_deltas
     [B, 1]), here each row's delta minus its first token."""

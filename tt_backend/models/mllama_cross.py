@@ -13,7 +13,7 @@ cross-attention cache holds), and `forward` runs the layer's tokens against them
   output is zeroed (`full_text_row_masked_out_mask`); the gated attention output still counts.
 - Both residual branches are tanh-gated (`cross_attn_attn_gate`, `cross_attn_mlp_gate`).
 Module names follow HF's, so a checkpoint's `language_model.model.layers.<i>.*` load as they are.
-Not served yet: the text model that interleaves these layers with Llama layers is not built.
+The text model that interleaves these layers with Llama layers is models/mllama.py.
 """
 
 from __future__ import annotations

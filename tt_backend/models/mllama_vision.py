@@ -19,8 +19,8 @@ MllamaImageProcessor cuts them; `aspect_ratio_ids` names the tile grid, 0 for no
   layer i + 1) interleaved as HF stacks them (feature d * n + i: state i's dimension d), padding
   patches dropped: [images, tiles, patches + 1, hidden * (1 + n)].
 The projector (`multi_modal_projector`, a Linear with bias) takes them to the text model's width.
-Not served yet: Mllama's text model (cross-attention layers reading these features through their
-own KV, written once per request) is not built.
+models/mllama.py turns them into each cross-attention layer's keys and values, written once per
+request.
 
 Module names follow HF's, so a checkpoint's `vision_model.*` and `multi_modal_projector.*` load as
 they are.

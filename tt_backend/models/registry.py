@@ -63,8 +63,6 @@ TT_BUILTINS = {
     "TTMllamaForConditionalGeneration":
         "models.tt_transformers.tt.generator_vllm:MllamaForConditionalGeneration",
 }
-TT_REFUSED: dict[str, str] = {}
-"""Architectures tt-metal has a generator for that the Tenstorrent path refuses, and why."""
 TT_IMAGES_UNREACHABLE = {
     "TTMistral3ForConditionalGeneration": (
         "tt-metal's Mistral3ForConditionalGeneration.prefill_forward takes images only as `images` objects "
@@ -154,8 +152,6 @@ class ModelRegistry:
             name = f"TT{arch}" if self.platform == "tt" else arch
             if name in self._entries:
                 return self._entries[name]
-            if self.platform == "tt" and name in TT_REFUSED:
-                raise ValueError(f"architectures={architectures}: {TT_REFUSED[name]}")
         raise ValueError(f"architectures={architectures} are not supported on {self.platform}; "
                          f"known: {', '.join(self.names()) or '(none)'}")
 

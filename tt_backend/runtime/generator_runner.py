@@ -266,13 +266,12 @@ class GeneratorRunner:
     # ---- warmup ------------------------------------------------------------------------------
     def warmup(self) -> list[str]:
         """The generator's two-phase warmup before the model reports ready
-        (runtime/generator_warmup.py); returns the hooks called, in order. Mllama's are not called:
-        they run its decode in the text form, which it does not take (runtime/generator_cross.py)."""
-        if self.cross is not None:
-            logger.info("tt: generator warmup: skipped for a cross-attention generator (untraced steps)")
-            return []
+        (runtime/generator_warmup.py), over the hooks its call forms name (none of Mllama's: they run
+        its decode in the text form, which it does not take); returns the hooks called, in order."""
+        hooks = tuple(name for name, calls in (("warmup_model_prefill", self.calls.warms_up_prefill),
+                                               ("warmup_model_decode", self.calls.warms_up_decode)) if calls)
         return warm_up(self.generator, self.kv.caches, self.trace, self.lanes * self.decode_capacity,
-                       self.table_width, self.sampling)
+                       self.table_width, self.sampling, hooks)
 
     def drain(self) -> int:
         """Wait for every launched step's read and drop it; return how many there were."""

@@ -8,7 +8,9 @@
 Every program is compiled before any trace is captured: a compile during a capture allocates
 buffers the trace may overwrite (tt-metal 5043de3). tt-metal's warmup_model_prefill runs once
 (`already_warmed_up_prefill`), so the flag is cleared before phase 2 captures prefill. Each hook
-is called where the generator has it, with the arguments its signature names (tt-metal's:
+is called where its call forms say the runner calls it (`hooks`: TTCallForms.warms_up_prefill /
+warms_up_decode, set where the generator has it and can run it: Mllama's cannot), with the
+arguments its signature names (tt-metal's:
 kv_cache, enable_trace, max_batch_size, num_blocks, can_sample_on_device,
 non_greedy_decoding_on_device); a hook taking only **kwargs gets what the plugin passes.
 
@@ -53,18 +55,19 @@ def _is_trace_region_error(exc: BaseException) -> bool:
 
 
 def warm_up(generator: Any, kv_cache: list[Any], trace: TraceConfig, max_batch_size: int,
-            num_blocks: int, sampling: SamplingConfig) -> list[str]:
-    """Run both phases; return the hooks called, each as `name(enable_trace)`. Each hook warms
-    device sampling (greedy and not) where its operation may sample on the device."""
+            num_blocks: int, sampling: SamplingConfig, hooks: tuple[str, ...]) -> list[str]:
+    """Run both phases over `hooks` (of warmup_model_prefill, warmup_model_decode); return the
+    hooks called, each as `name(enable_trace)`. Each hook warms device sampling (greedy and not)
+    where its operation may sample on the device."""
     known: dict[str, Any] = {"kv_cache": kv_cache, "max_batch_size": max_batch_size, "num_blocks": num_blocks}
     device = {"warmup_model_prefill": sampling.on_device(StepMode.PREFILL),
               "warmup_model_decode": sampling.on_device(StepMode.DECODE)}
     called: list[str] = []
-    for name in ("warmup_model_prefill", "warmup_model_decode"):
+    for name in hooks:
         if _call(generator, name, {**known, "enable_trace": False}, device[name]):
             called.append(f"{name}(False)")
     captures = [name for name, traced in (("warmup_model_prefill", trace.prefill),
-                                          ("warmup_model_decode", trace.decode)) if traced]
+                                          ("warmup_model_decode", trace.decode)) if traced and name in hooks]
     if "warmup_model_prefill" in captures and hasattr(generator, "already_warmed_up_prefill"):
         generator.already_warmed_up_prefill = False  # tt-metal warms prefill once; capture it now
     for name in captures:
@@ -76,5 +79,5 @@ def warm_up(generator: Any, kv_cache: list[Any], trace: TraceConfig, max_batch_s
                 raise
             raise ValueError(f"capturing the traces in {name} failed: they do not fit the trace region; "
                              f"raise trace_region_size (bytes) or set trace_mode=none. ttnn: {exc}") from None
-    logger.info("tt: generator warmup: %s", ", ".join(called) or "the generator has no warmup hooks")
+    logger.info("tt: generator warmup: %s", ", ".join(called) or "no warmup hook the runner calls")
     return called
