@@ -4,7 +4,8 @@ Part 1: each op of a step at SmolLM2-135M's sizes, per level (`cpu_isa`) and for
 replaces: median ms. In-process torch's own kernels are not capped (they would be only in a process
 started with the caps, as `scripts/serve.sh` starts the server), so the torch column of a low level
 runs at the machine's best ISA. Decode attention: one layer (9 query heads, 3 kv heads, head size 64) over
-rows on random blocks of a 4096-block cache, against gather + SDPA; prefill attention the same for 4
+rows on random blocks of a 4096-block cache (hot in the cache), and per layer over 30 layers' own caches
+(cold: the KV a B=32 step reads from memory), against gather + SDPA; prefill attention the same for 4
 fresh 500-token prompts where the level's dtype takes the native kernel (bf16 at avx512 and up), else
 the same gather + SDPA over the causal mask as the torch column. Linear layers: every linear
 of one step (30 layers of qkv, o, gate_up, down, and the 49152-row LM head) at 1 and 32 rows, on
@@ -80,6 +81,26 @@ def prefill_attention(plan: ComputePlan, kv: torch.Tensor, g: torch.Generator) -
     return gathered
 
 
+def cold_decode_attention(plan: ComputePlan, g: torch.Generator) -> Callable[[], object]:
+    """Decode attention of 32 rows at 164 keys over each of 30 layers' own caches in turn, as a step
+    reads them: 120 MB, so every layer's KV comes from memory (one cache, reused, would stay in L3)."""
+    k, dtype = plan.kernels, plan.activations
+    rows, keys = 32, 164
+    width = -(-keys // BLOCK)
+    caches = [torch.randn(2, rows * width, BLOCK, KV_HEADS, HEAD_DIM, generator=g).to(dtype)
+              for _ in range(LAYERS)]
+    tables = torch.randperm(rows * width, generator=g).view(rows, width)
+    lens = torch.full((rows,), keys)
+    q = torch.randn(rows, HEADS, HEAD_DIM, generator=g).to(dtype)
+    if k is not None:
+        return lambda: [k.paged_decode_attention(q, kv, tables, lens, lens - 1, 0, HEAD_DIM ** -0.5)
+                        for kv in caches]
+    mask = torch.zeros(rows, 1, 1, width * BLOCK, dtype=dtype)
+    mask[..., keys:] = float("-inf")
+    return lambda: [F.scaled_dot_product_attention(q[:, :, None], *gather_kv(kv, tables), attn_mask=mask,
+                                                   enable_gqa=True) for kv in caches]
+
+
 def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
     """Median ms of each op at decode and prefill sizes; with no kernels in the plan, the torch ops."""
     k, dtype = plan.kernels, plan.activations
@@ -100,6 +121,8 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
             return F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask,
                                                   enable_gqa=True)
         out["decode attention b8 x 256"] = median_ms(gathered, repeats)
+    cold = cold_decode_attention(plan, g)
+    out["decode attn b32 x 164, cold"] = median_ms(cold, max(5, repeats // 10)) / LAYERS
     out["prefill attention b4 x 500"] = median_ms(prefill_attention(plan, kv, g), max(5, repeats // 10))
     x, res = (torch.randn(784, HIDDEN, generator=g).to(dtype) for _ in range(2))
     norm = RMSNorm(HIDDEN, 1e-5).to(dtype)

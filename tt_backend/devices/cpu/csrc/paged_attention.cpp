@@ -56,30 +56,33 @@ struct Task {
   T* out;         // [G, D]
 };
 
+// Asks for one block's rows of `base` (row_bytes of each of its tokens) into the L2 cache. Always inlined: a
+// call inside the AVX-512 task spills its query registers (1.9x the time). Into L2, not L1
+// (prefetcht0): a block is 32 lines or more and L1's few fill buffers stalled the loads of the block being
+// scored; with the hint a layer's decode attention over a cold cache (B=32, 164 keys) took 0.55x the time.
+template <typename T>
+__attribute__((always_inline)) inline void prefetch_block(const T* base, const Task<T>& t, int64_t block) {
+  const T* start = base + t.table[block] * t.block_stride;
+  for (int64_t j = 0; j < t.block_size; ++j) {
+    const char* row = reinterpret_cast<const char*>(start + j * t.token_stride);
+    for (int64_t b = 0; b < t.row_bytes; b += 64) __builtin_prefetch(row + b, 0, 1);
+  }
+}
+
 // Calls fn(i, row, n) for each run of n consecutive visible keys within one block, in order: keys i to
-// i + n - 1 (counting from 0), the first at `row`, the next ones token_stride apart. Prefetches the next
-// block of `base` and, when given, the current block of `also`.
+// i + n - 1 (counting from 0), the first at `row`, the next ones token_stride apart. Keeps the blocks of
+// `base` two ahead of fn asked for (0.95x the time of one ahead), and asks for the current block of `also`.
 template <typename T, typename Fn>
 inline void for_each_run(const T* base, const Task<T>& t, Fn&& fn, const T* also = nullptr) {
+  constexpr int64_t kAhead = 2;
   int64_t i = 0;
-  const int64_t last = (t.end - 1) / t.block_size;
-  for (int64_t block = t.first / t.block_size; i < t.end - t.first; ++block) {
-    const int64_t offset = block == t.first / t.block_size ? t.first % t.block_size : 0;
+  const int64_t first = t.first / t.block_size, last = (t.end - 1) / t.block_size;
+  for (int64_t block = first + 1; block <= std::min(last, first + kAhead - 1); ++block) prefetch_block(base, t, block);
+  for (int64_t block = first; i < t.end - t.first; ++block) {
+    const int64_t offset = block == first ? t.first % t.block_size : 0;
     const int64_t n = std::min(t.block_size - offset, t.end - t.first - i);
-    if (block < last) {  // the next block lies elsewhere: ask for its rows before they are needed
-      const T* next = base + t.table[block + 1] * t.block_stride;
-      for (int64_t j = 0; j < t.block_size; ++j) {
-        const char* row = reinterpret_cast<const char*>(next + j * t.token_stride);
-        for (int64_t b = 0; b < t.row_bytes; b += 64) __builtin_prefetch(row + b);
-      }
-    }
-    if (also != nullptr) {  // this block's V as well, fetched while the keys are scored
-      const T* cur = also + t.table[block] * t.block_stride;
-      for (int64_t j = 0; j < t.block_size; ++j) {
-        const char* row = reinterpret_cast<const char*>(cur + j * t.token_stride);
-        for (int64_t b = 0; b < t.row_bytes; b += 64) __builtin_prefetch(row + b);
-      }
-    }
+    if (block + kAhead <= last) prefetch_block(base, t, block + kAhead);
+    if (also != nullptr) prefetch_block(also, t, block);  // its V, fetched while its keys are scored
     fn(i, base + t.table[block] * t.block_stride + offset * t.token_stride, n);
     i += n;
   }
