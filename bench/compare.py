@@ -231,6 +231,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 # ---- one streaming request ------------------------------------------------------------------------
+def served_model(front_port: int) -> str:
+    """The model name our OpenAI front on `front_port` serves (the first of its /v1/models)."""
+    models = requests.get(f"http://127.0.0.1:{front_port}/v1/models", timeout=10).json()
+    return str(models["data"][0]["id"])
+
+
 def stream_openai(port: int, prompt: str, max_tokens: int, model: str = "smollm2") -> tuple[list[float], int]:
     """One streamed OpenAI completion (vLLM's server, or our OpenAI front with its model name)."""
     body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
@@ -474,8 +480,7 @@ def main() -> None:
             elif name == "vllm":
                 described[name] = f"{VLLM_WHEEL}, the converted checkpoint in bf16"
             else:
-                front = f"http://127.0.0.1:{args.port + 3}/v1/models"
-                model = requests.get(front, timeout=10).json()["data"][0]["id"]
+                model = served_model(args.port + 3)
                 paths = {name: (functools.partial(stream_openai, model=model), args.port + 3)}
                 if not args.no_direct:
                     paths[f"{name}/direct"] = (stream_tt_llm, args.port)

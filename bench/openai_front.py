@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import requests
 import tritonclient.grpc as grpcclient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare import measure, prompt_text, start_ours, stop, stream_openai  # noqa: E402
+from compare import measure, prompt_text, served_model, start_ours, stop, stream_openai  # noqa: E402
 
 
 def stream_grpc(port: int, prompt: str, max_tokens: int) -> tuple[list[float], int]:
@@ -79,7 +78,7 @@ def main() -> None:
     grpc, front = args.port + 1, args.port + 3
     proc = start_ours(args.port, log_name="openai_front_server.log")
     try:
-        model = requests.get(f"http://127.0.0.1:{front}/v1/models", timeout=10).json()["data"][0]["id"]
+        model = served_model(front)
         paths = {"front": (functools.partial(stream_openai, model=model), front), "grpc": (stream_grpc, grpc)}
         warm = [prompt_text(tokenizer, args.prompt_tokens, 999)]
         for stream, port in paths.values():

@@ -44,12 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import requests
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
-from compare import RESULTS, prompt_text, start_ours, stop  # noqa: E402
+from compare import RESULTS, prompt_text, served_model, start_ours, stop  # noqa: E402
 from reliability_clients import (  # noqa: E402
     ENDINGS,
     Job,
@@ -101,8 +99,7 @@ class Server:
         return self.port + 3
 
     def model(self) -> str:
-        models = requests.get(f"http://127.0.0.1:{self.front}/v1/models", timeout=10).json()
-        return str(models["data"][0]["id"])
+        return served_model(self.front)
 
     def runner(self, timeout: float) -> Callable[[Job], Outcome]:
         model = self.model()

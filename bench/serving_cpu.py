@@ -1,8 +1,8 @@
 """Where the CPU goes while our server streams: serves the default model as `bench/compare.py` does
 (`scripts/serve.sh`, prefix caching off), drives it with compare.py's prompts and client at
 `--concurrency`, and prints output tok/s with each process's share of a core over the measured run
-(from /proc: the Python backend stub, tritonserver, the OpenAI front, this client) and its CPU per
-output token. `--path front` streams through the OpenAI front, `--path direct` straight to `tt_llm`
+(from /proc: the tt_llm stub, tritonserver, the OpenAI front, this client) and its CPU per output
+token. `--path front` streams through the OpenAI front, `--path direct` straight to `tt_llm`
 over Triton's HTTP `generate_stream`.
 
 On 2 cores every process beside the stub takes its time from the step's two OpenMP threads, and each
@@ -22,28 +22,17 @@ import os
 import time
 from pathlib import Path
 
-import requests
-from compare import measure, prompt_text, start_ours, stop, stream_openai, stream_tt_llm
+from compare import measure, prompt_text, served_model, start_ours, stop, stream_openai, stream_tt_llm
+from reliability_clients import server_processes
 
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.text.tokenizer import load_tokenizer
 
 
-def cpu_seconds() -> dict[int, tuple[str, float]]:
-    """Every process's command line (cut to 90 characters) and user + system CPU seconds so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, tuple[str, float]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # it ended meanwhile
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(entry.name)] = (command[:90], (int(fields[11]) + int(fields[12])) / tick)
-    return out
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far, every thread's."""
+    fields = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -55,7 +44,6 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=100)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--port", type=int, default=18400)
-    parser.add_argument("--top", type=int, default=6, help="processes listed, busiest first")
     args = parser.parse_args()
     tokenizer = load_tokenizer(resolve_model_dir(""))
     count = args.requests or 3 * args.concurrency
@@ -63,24 +51,22 @@ def main() -> None:
     server = start_ours(args.port, log_name="serving_cpu_server.log")
     try:
         if args.path == "front":
-            models = requests.get(f"http://127.0.0.1:{args.port + 3}/v1/models", timeout=10).json()
-            model = models["data"][0]["id"]
-            stream, port = functools.partial(stream_openai, model=model), args.port + 3
+            stream, port = functools.partial(stream_openai, model=served_model(args.port + 3)), args.port + 3
         else:
             stream, port = stream_tt_llm, args.port
         measure(stream, port, prompts[:8], 8, 16)  # warm the path
-        before, start = cpu_seconds(), time.perf_counter()
+        processes = {**server_processes(server.pid), "this client": os.getpid()}
+        before, start = {name: cpu_seconds(pid) for name, pid in processes.items()}, time.perf_counter()
         run = measure(stream, port, prompts, args.concurrency, args.max_tokens)
-        seconds, after = time.perf_counter() - start, cpu_seconds()
+        seconds = time.perf_counter() - start
+        used = {name: cpu_seconds(pid) - before[name] for name, pid in processes.items()}
     finally:
         stop(server)
     print(f"c={args.concurrency} through the {args.path}: {run.tokens / seconds:.1f} output tok/s "
           f"({run.tokens} tokens in {seconds:.1f} s)")
-    used = sorted(((cpu - before.get(pid, ("", 0.0))[1], command) for pid, (command, cpu) in after.items()),
-                  reverse=True)
     print(f"{'% of a core':>11} {'us/token':>9}  process")
-    for cpu, command in used[:args.top]:
-        print(f"{100 * cpu / seconds:>11.1f} {1e6 * cpu / max(run.tokens, 1):>9.0f}  {command}")
+    for name, cpu in sorted(used.items(), key=lambda item: -item[1]):
+        print(f"{100 * cpu / seconds:>11.1f} {1e6 * cpu / max(run.tokens, 1):>9.0f}  {name}")
 
 
 if __name__ == "__main__":
