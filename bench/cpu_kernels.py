@@ -35,6 +35,7 @@ from tt_backend.contract.step import PlannedRow, StepPlan
 from tt_backend.devices.cpu.compute_plan import DTYPES, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.linears import convert_linears
+from tt_backend.devices.cpu.logits import use_fp32_logits
 from tt_backend.models.checkpoint import resolve_model_dir
 from tt_backend.models.llama import RMSNorm
 from tt_backend.models.llama_ops import NativeOps, TorchOps, rotate_half
@@ -154,15 +155,21 @@ def op_times(plan: ComputePlan, repeats: int) -> dict[str, float]:
     # Every layer's own weights, as in the model: a step streams them all from memory (one layer's,
     # reused 30 times, would stay in the cache and time the cache instead).
     layers = [torch.nn.Linear(i, o, bias=False) for _ in range(LAYERS) for i, o in STEP_LINEARS]
-    holder = torch.nn.Sequential(*layers, torch.nn.Linear(HIDDEN, VOCAB, bias=False)).to(dtype)
+    holder = torch.nn.Sequential(*layers).to(dtype)
     convert_linears(holder, plan)
+    top = torch.nn.Module()  # the LM head as the loader lays it out (fp32 logits on a bf16 plan's kernels)
+    top.lm_head = torch.nn.Linear(HIDDEN, VOCAB, bias=False).to(dtype)
+    if plan.fp32_logits:
+        use_fp32_logits(top, plan)
+    convert_linears(top, plan)
     for rows in (1, 32):
-        xs = [torch.randn(rows, m.in_features, generator=g).to(dtype) for m in holder]
+        xs = [torch.randn(rows, m.in_features, generator=g).to(dtype) for m in (*holder, top.lm_head)]
 
         def step_linears(xs: list[torch.Tensor] = xs) -> None:
-            for m, xi in zip(holder, xs, strict=True):
+            for m, xi in zip((*holder, top.lm_head), xs, strict=True):
                 m(xi)
         out[f"step's linears, {rows} row(s)"] = median_ms(step_linears, max(5, repeats // 20))
+        out[f"LM head, {rows} row(s)"] = median_ms(lambda xi=xs[-1]: top.lm_head(xi), max(5, repeats // 5))
     return out
 
 

@@ -20,6 +20,7 @@ from tests.unit.test_quant_linear import random_blocks
 from tt_backend.devices.cpu.compute_plan import PREPACK_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
+from tt_backend.devices.cpu.logits import LogitsLinear
 from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear, QuantizedTensor
 from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
@@ -132,10 +133,15 @@ def hybrid(model_dir: Path) -> tuple[Any, str]:
 def test_every_linear_layer_holds_both_forms_and_the_embedding_stays_dense(hybrid: tuple[Any, str]) -> None:
     loaded, log = hybrid
     layers = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]
-    assert len(layers) == 121
+    head = loaded.module.get_submodule("lm_head")
+    if bf16_dots(PREPACKED[-1]):  # the head's logits stay fp32, on the same blocks (devices/cpu/logits.py)
+        assert len(layers) == 120 and isinstance(head, LogitsLinear) and "1 x lm_head q8_0" in log
+        assert head.fmt == FORMAT_IDS["q8_0"] and head.blocks is not None
+        assert head.small_rows == DECODE_BLOCK_ROWS
+    else:
+        assert len(layers) == 121 and head.format == "q8_0"
     assert all(m.packed is not None and m.small_rows == DECODE_BLOCK_ROWS for m in layers)
     assert type(loaded.module.get_submodule("model.embed_tokens")) is nn.Embedding
-    assert loaded.module.get_submodule("lm_head").format == "q8_0"
     assert "30 x model.layers.*.mlp.gate_up_proj q4_1" in log and "blocks_or_packed_linear" in log
     assert "embedding dense" in log and "kept dense" not in log
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.kernels import CpuKernels
+from tt_backend.devices.cpu.logits import HEAD, LogitsLinear
 from tt_backend.devices.cpu.quant import (
     FORMAT_IDS,
     QuantFormat,
@@ -138,7 +139,7 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
         if weight is None or (plan.decode_blocks and isinstance(child, nn.Embedding)):  # a lookup: one row
             continue
         assert isinstance(child, nn.Linear | nn.Embedding)
-        layer = _quantized(child, weight, kernels, plan, exact)
+        layer = _quantized(child, weight, kernels, plan, exact, name.rpartition(".")[2] == HEAD)
         if layer is None:
             dense.append(name)
             continue
@@ -178,7 +179,7 @@ def _weight_for(name: str, child: nn.Module, tensors: dict[str, QuantizedTensor]
 
 
 def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels: CpuKernels,
-               plan: ComputePlan, exact: bool) -> nn.Module | None:
+               plan: ComputePlan, exact: bool, head: bool) -> nn.Module | None:
     loaded = child.weight.detach()
     if tuple(loaded.shape) != (weight.rows, weight.cols):
         return None
@@ -188,6 +189,8 @@ def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels
     if isinstance(child, nn.Embedding):
         return QuantizedEmbedding(weight, plan.activations, kernels)
     bias = child.bias.detach() if isinstance(child, nn.Linear) and child.bias is not None else None
+    if head and plan.fp32_logits:  # the blocks for decode rows, the bf16 weights in panels beyond
+        return LogitsLinear(loaded, bias, kernels, weight.blocks, FORMAT_IDS[weight.format])
     packed = None
     if plan.decode_blocks:  # the bf16 weight oneDNN serves larger calls with, beside the blocks
         packed = torch.ops.mkldnn._reorder_linear_weight(loaded.to(torch.bfloat16))

@@ -13,6 +13,7 @@ from torch import nn
 
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.linears import convert_linears
+from tt_backend.devices.cpu.logits import use_fp32_logits
 from tt_backend.models.capabilities import ModelCapabilities
 from tt_backend.models.gguf_linears import GgufLinears, use_quantized_layers
 from tt_backend.models.llama_ops import NativeKernelModel
@@ -65,6 +66,8 @@ def load_model(model_dir: Path, plan: ComputePlan, registry: ModelRegistry | Non
         logger.info("%s", "\n".join(quantize_at_load(module, plan, model_dir.name)))
     elif plan.reads_file_blocks and quantized is not None:
         logger.info("%s", "\n".join(use_quantized_layers(module, quantized, plan)))
+    if plan.fp32_logits:
+        use_fp32_logits(module, plan)
     convert_linears(module, plan)
     return LoadedModel(module, spec, entry.arch, cls.capabilities)  # type: ignore[attr-defined]
 

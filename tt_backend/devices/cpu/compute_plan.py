@@ -159,6 +159,14 @@ class ComputePlan:
         return (self.quantized and self.quantize_to is None) or self.decode_blocks
 
     @property
+    def fp32_logits(self) -> bool:
+        """A bf16 plan on the native kernels of a level with AVX512-BF16: its LM head keeps the logits
+        in fp32 (`logits_linear`, devices/cpu/logits.py) where oneDNN would round them to bf16 (a GGUF's
+        head on its blocks up to DECODE_BLOCK_ROWS rows); not with weight_dtype=q8_0 / q4_0."""
+        return self.activations == torch.bfloat16 and self.kernels is not None and self.level in BF16_LEVELS \
+            and self.quantize_to is None
+
+    @property
     def dtype_name(self) -> str:
         names = {v: k for k, v in DTYPES.items()}
         act, w = names[self.activations], names[self.weights]
@@ -192,6 +200,9 @@ class ComputePlan:
         elif self.decode_blocks:
             linear = f"{ns}blocks_or_packed_linear: the GGUF's quantized blocks up to {DECODE_BLOCK_ROWS} " \
                      f"rows, oneDNN prepacked bf16 beyond (listed per layer at load); others: {linear}"
+        if self.fp32_logits:
+            blocks = f", the GGUF's blocks up to {DECODE_BLOCK_ROWS} rows" if self.reads_file_blocks else ""
+            linear += f"; LM head: {ns}logits_linear (fp32 logits{blocks})"
         fast_prefill = self.kernels is not None and self.kernels.prefill_attention_fast(
             self.activations, 9, 3, 64)  # (a geometry the fast task takes: the dtype and level decide)
         return {

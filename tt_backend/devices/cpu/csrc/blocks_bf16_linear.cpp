@@ -2,7 +2,8 @@
 // blocks_or_packed_linear): bf16 inputs times each weight dequantized (ggml's fp32 value, quant_pairs.h)
 // and rounded to bf16 (nearest, ties to even: what `.to(torch.bfloat16)` gives, so the very values of the
 // prepacked bf16 weight oneDNN serves the larger calls with), multiplied in pairs by AVX512-BF16's
-// vdpbf16ps into fp32 sums; the bias added in fp32 and the result rounded to bf16 once. So the plan
+// vdpbf16ps into fp32 sums; the bias added in fp32 and the result rounded to bf16 once (or returned in
+// fp32: the LM head's logits, logits_linear.cpp). So the plan
 // computes one bf16 model whichever path a call takes; only the order of the fp32 sums differs.
 //
 // Each sum (r, n) runs in 16 lanes over k in pairs, then the lanes in _mm512_reduce_add_ps's order: a
@@ -24,11 +25,11 @@
 namespace tt_quant {
 namespace {
 
-// Rows x[0 .. R) by the C weight rows w[c] (nb blocks each) into y[r * N + c] (bf16, bias added), storing
-// only the first `valid` columns; asks for the weight `ahead` bytes further on.
-template <int64_t F, int64_t R, int64_t C>
+// Rows x[0 .. R) by the C weight rows w[c] (nb blocks each) into y[r * N + c] (bf16 bits or fp32, bias
+// added), storing only the first `valid` columns; asks for the weight `ahead` bytes further on.
+template <int64_t F, int64_t R, int64_t C, typename Out>
 void bf16_group(const uint16_t* x, int64_t K, const uint8_t* const* w, int64_t nb, const float* bias,
-                uint16_t* y, int64_t N, int64_t valid, int64_t ahead) {
+                Out* y, int64_t N, int64_t valid, int64_t ahead) {
   constexpr int64_t B = block_bytes(F), BW = block_weights(F);
   __m512 acc[R][C];
   for (int64_t r = 0; r < R; ++r)
@@ -57,21 +58,21 @@ void bf16_group(const uint16_t* x, int64_t K, const uint8_t* const* w, int64_t n
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < valid; ++c) {
       const float sum = _mm512_reduce_add_ps(acc[r][c]);
-      y[r * N + c] = tt_kernels::from_float<uint16_t>(bias != nullptr ? sum + bias[c] : sum);
+      y[r * N + c] = tt_kernels::from_float<Out>(bias != nullptr ? sum + bias[c] : sum);
     }
 }
 
-template <int64_t F, int64_t C, int64_t R>
+template <int64_t F, int64_t C, int64_t R, typename Out>
 void rows_of(int64_t M, const uint16_t* x, int64_t K, const uint8_t* const* w, int64_t nb, const float* bias,
-             uint16_t* y, int64_t N, int64_t valid, int64_t ahead) {
+             Out* y, int64_t N, int64_t valid, int64_t ahead) {
   if constexpr (R > 0) {
     if (M == R) bf16_group<F, R, C>(x, K, w, nb, bias, y, N, valid, ahead);
     else rows_of<F, C, R - 1>(M, x, K, w, nb, bias, y, N, valid, ahead);
   }
 }
 
-template <int64_t F, int64_t C>
-void bf16_columns(const uint16_t* x, const uint8_t* w, const float* bias, uint16_t* y, int64_t M, int64_t N,
+template <int64_t F, int64_t C, typename Out>
+void bf16_columns(const uint16_t* x, const uint8_t* w, const float* bias, Out* y, int64_t M, int64_t N,
                   int64_t K) {
   const int64_t nb = K / block_weights(F), row_bytes = nb * block_bytes(F);
   const int64_t groups = (N + C - 1) / C;
@@ -90,22 +91,25 @@ void bf16_columns(const uint16_t* x, const uint8_t* w, const float* bias, uint16
 }  // namespace
 
 at::Tensor bf16_blocks_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format, int64_t K,
-                              const std::optional<at::Tensor>& bias) {
+                              const std::optional<at::Tensor>& bias, bool fp32_out) {
   TORCH_CHECK(x.scalar_type() == at::kBFloat16, "bf16_blocks_linear: x must be bfloat16");
   const int64_t N = blocks.size(0), M = x.numel() / K;
   TORCH_CHECK(M >= 1 && M <= kBf16MaxRows, "bf16_blocks_linear: 1 to ", kBf16MaxRows, " rows, got ", M);
   at::Tensor b;
   if (bias.has_value()) b = bias->to(at::kFloat).contiguous();
   const auto xc = x.contiguous();
-  auto y = at::empty({M, N}, x.options());
+  auto y = at::empty({M, N}, x.options().dtype(fp32_out ? at::kFloat : at::kBFloat16));
   const auto* xp = static_cast<const uint16_t*>(xc.data_ptr());
-  auto* yp = static_cast<uint16_t*>(y.data_ptr());
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  by_format(format, [&](auto f) {
-    constexpr int64_t F = decltype(f)::value;
-    if (M <= 4) bf16_columns<F, 4>(xp, blocks.data_ptr<uint8_t>(), bp, yp, M, N, K);
-    else bf16_columns<F, 2>(xp, blocks.data_ptr<uint8_t>(), bp, yp, M, N, K);
-  });
+  const auto run = [&](auto* yp) {
+    by_format(format, [&](auto f) {
+      constexpr int64_t F = decltype(f)::value;
+      if (M <= 4) bf16_columns<F, 4>(xp, blocks.data_ptr<uint8_t>(), bp, yp, M, N, K);
+      else bf16_columns<F, 2>(xp, blocks.data_ptr<uint8_t>(), bp, yp, M, N, K);
+    });
+  };
+  if (fp32_out) run(y.data_ptr<float>());
+  else run(static_cast<uint16_t*>(y.data_ptr()));
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   return y.view(sizes);
