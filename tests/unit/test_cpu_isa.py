@@ -87,10 +87,14 @@ def test_no_bf16_onednn_prepack_below_avx512_whatever_the_dtype() -> None:
 
 
 @pytest.mark.parametrize("level", [lv for lv in probe().levels if lv in BF16_LEVELS])
-def test_auto_with_bf16_hardware_is_bf16_on_onednn(level: str) -> None:
+def test_auto_with_bf16_hardware_is_bf16_on_panels_or_tiles(level: str) -> None:
+    """The native kernels' panels (AMX tiles where the OS allows them); oneDNN with cpu_kernels=torch."""
     plan = ComputePlan.resolve(CPU, "auto", level)
     assert (plan.activations, plan.weights) == (torch.bfloat16, torch.bfloat16)
-    assert plan.linear == ("amx_tiles" if level == "amx" else "onednn_packed")
+    tiles = plan.kernels is not None and plan.kernels.tile_linear_supported()
+    assert plan.linear == ("amx_tiles" if tiles else "bf16_panels")
+    assert "panels_linear: bf16 weights in panels" in plan.op_paths()["linear layers and LM head"] or tiles
+    assert ComputePlan.resolve(CPU, "auto", level, "torch").linear == "onednn_packed"
 
 
 def test_off_the_cpu_auto_is_bf16_and_the_native_kernels_are_refused() -> None:

@@ -1,6 +1,6 @@
-"""A bf16 plan on oneDNN's prepacked kernels with a GGUF under weight_dtype=auto (`decode_blocks`):
-each quantized layer keeps its blocks for calls of up to DECODE_BLOCK_ROWS rows and the prepacked bf16
-weight beyond (`blocks_or_packed_linear`). Needs oneDNN's bf16 kernels, so a CPU with AVX-512."""
+"""A bf16 plan with a GGUF under weight_dtype=auto (`decode_blocks`): each quantized layer keeps its blocks
+for calls of up to DECODE_BLOCK_ROWS rows and the bf16 weight beyond, in panels with AVX512-BF16
+(`panels_linear`), else prepacked for oneDNN (`blocks_or_packed_linear`). Needs a CPU with AVX-512."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.unit.test_quant_linear import random_blocks
 from tt_backend.devices.cpu.compute_plan import PREPACK_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
-from tt_backend.devices.cpu.logits import LogitsLinear
+from tt_backend.devices.cpu.panels import PanelsLinear
 from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear, QuantizedTensor
 from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
@@ -44,10 +44,12 @@ def plan_at(level: str, **kw: Any) -> ComputePlan:
 @pytest.mark.parametrize("level", PREPACKED)
 def test_the_plan_keeps_decode_blocks_only_for_a_gguf_under_auto_on_onednn(level: str) -> None:
     plan = plan_at(level, quantized_checkpoint=True)
+    linear = "bf16_panels" if bf16_dots(level) else "onednn_packed"  # beyond the blocks: panels or oneDNN
     assert (plan.decode_blocks, plan.quantized, plan.linear, plan.activations) == \
-        (True, False, "onednn_packed", torch.bfloat16)
+        (True, False, linear, torch.bfloat16)
     assert plan.reads_file_blocks
-    assert "blocks_or_packed_linear" in plan.op_paths()["linear layers and LM head"]
+    op = "panels_linear" if bf16_dots(level) else "blocks_or_packed_linear"
+    assert f"{op}: the GGUF's quantized blocks up to 8 rows" in plan.op_paths()["linear layers and LM head"]
     assert "for decode" in plan.dtype_name
     assert not plan_at(level).decode_blocks  # no GGUF
     assert not plan_at(level, quantized_checkpoint=True, weight_dtype="bfloat16").decode_blocks
@@ -132,17 +134,18 @@ def hybrid(model_dir: Path) -> tuple[Any, str]:
 
 def test_every_linear_layer_holds_both_forms_and_the_embedding_stays_dense(hybrid: tuple[Any, str]) -> None:
     loaded, log = hybrid
-    layers = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]
     head = loaded.module.get_submodule("lm_head")
-    if bf16_dots(PREPACKED[-1]):  # the head's logits stay fp32, on the same blocks (devices/cpu/logits.py)
-        assert len(layers) == 120 and isinstance(head, LogitsLinear) and "1 x lm_head q8_0" in log
-        assert head.fmt == FORMAT_IDS["q8_0"] and head.blocks is not None
-        assert head.small_rows == DECODE_BLOCK_ROWS
+    if bf16_dots(PREPACKED[-1]):  # blocks, then bf16 panels; the head's logits stay fp32 (cpu/logits.py)
+        layers = [m for m in loaded.module.modules() if isinstance(m, PanelsLinear)]
+        assert len(layers) == 121 and [m for m in layers if m.fp32_out] == [head]
+        assert all(m.blocks is not None and m.small_rows == DECODE_BLOCK_ROWS for m in layers)
+        assert head.fmt == FORMAT_IDS["q8_0"] and "1 x lm_head q8_0" in log and "::panels_linear" in log
     else:
-        assert len(layers) == 121 and head.format == "q8_0"
-    assert all(m.packed is not None and m.small_rows == DECODE_BLOCK_ROWS for m in layers)
+        quantized = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]
+        assert len(quantized) == 121 and head.format == "q8_0" and "blocks_or_packed_linear" in log
+        assert all(m.packed is not None and m.small_rows == DECODE_BLOCK_ROWS for m in quantized)
     assert type(loaded.module.get_submodule("model.embed_tokens")) is nn.Embedding
-    assert "30 x model.layers.*.mlp.gate_up_proj q4_1" in log and "blocks_or_packed_linear" in log
+    assert "30 x model.layers.*.mlp.gate_up_proj q4_1" in log
     assert "embedding dense" in log and "kept dense" not in log
 
 

@@ -27,8 +27,10 @@ from torch import nn
 
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.kernels import CpuKernels
-from tt_backend.devices.cpu.logits import HEAD, LogitsLinear
+from tt_backend.devices.cpu.logits import HEAD
+from tt_backend.devices.cpu.panels import PanelsLinear
 from tt_backend.devices.cpu.quant import (
+    DECODE_BLOCK_ROWS,
     FORMAT_IDS,
     QuantFormat,
     QuantizedEmbedding,
@@ -150,6 +152,8 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
     lines = [f"  {count} x {what}" for what, count in sorted(kept.items())]
     if plan.int8_activations:
         linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
+    elif plan.decode_blocks and plan.linear == "bf16_panels":
+        linear = f"{ns}::panels_linear (blocks streamed up to {DECODE_BLOCK_ROWS} rows, bf16 panels beyond)"
     elif plan.decode_blocks:
         linear = f"{ns}::blocks_or_packed_linear (blocks streamed up to {_stream_rows(module)} rows, " \
                  "oneDNN prepacked bf16 beyond)"
@@ -189,8 +193,11 @@ def _quantized(child: nn.Linear | nn.Embedding, weight: QuantizedTensor, kernels
     if isinstance(child, nn.Embedding):
         return QuantizedEmbedding(weight, plan.activations, kernels)
     bias = child.bias.detach() if isinstance(child, nn.Linear) and child.bias is not None else None
+    fmt = FORMAT_IDS[weight.format]
     if head and plan.fp32_logits:  # the blocks for decode rows, the bf16 weights in panels beyond
-        return LogitsLinear(loaded, bias, kernels, weight.blocks, FORMAT_IDS[weight.format])
+        return PanelsLinear(loaded, bias, kernels, weight.blocks, fmt, fp32_out=True)
+    if plan.decode_blocks and plan.linear == "bf16_panels":
+        return PanelsLinear(loaded, bias, kernels, weight.blocks, fmt)
     packed = None
     if plan.decode_blocks:  # the bf16 weight oneDNN serves larger calls with, beside the blocks
         packed = torch.ops.mkldnn._reorder_linear_weight(loaded.to(torch.bfloat16))

@@ -2,8 +2,11 @@
 each op of a step takes, decided once from the CPU probe, `cpu_isa`, `dtype` and `cpu_kernels`.
 
 `dtype=auto` on the CPU, from measurements on the machines we have run on:
-- avx512_bf16 and amx (bf16 arithmetic in hardware): bfloat16 throughout, oneDNN's bf16 kernels on
-  prepacked weights (`linears.PackedLinear`), 1.3-1.7x faster than fp32.
+- avx512_bf16 and amx (bf16 arithmetic in hardware): bfloat16 throughout, 1.3-1.7x faster than fp32.
+  The linear layers run on the native `panels_linear` (`panels.PanelsLinear`: AVX512-BF16 dot products
+  on weights held in panels, faster than oneDNN's prepacked bf16 kernel up to a few hundred rows; the
+  default model's B=32 decode step 40.5 -> 34.5 ms), or on AMX tiles where the OS grants them; with
+  cpu_kernels=torch, oneDNN on prepacked weights (`linears.PackedLinear`).
 - below (avx512, avx2, portable, neon): float32 activations with bfloat16 linear weights. bf16 GEMMs
   there are emulated or slow: 17-19 GFLOP/s against fp32's 53-101 on an AMD Zen 3 (where oneDNN's
   bf16 prepack refuses to run), and with oneDNN held to AVX512_CORE (what a Skylake-SP to Ice Lake
@@ -21,9 +24,9 @@ them unless the dense plan would run bf16 activations on oneDNN / AMX (dtype=aut
 amx, or dtype=bfloat16): there the widened bf16 GEMM serves batched decode faster (measured on a
 Zen 5 with AMX-class bf16: c=32 at 0.48x with the blocks, c=1 at 1.32x; `bench/weight_dtype.py`),
 while below, the blocks beat the fp32 x bf16 `wide_linear` at every batch measured. Where that bf16
-plan runs on oneDNN's prepacked kernels (not AMX tiles), `auto` keeps both (`decode_blocks`): the
-blocks for calls of up to 8 rows (read as bf16 weights with AVX512-BF16: the prepacked weight's values),
-the prepacked bf16 weight beyond (+96 MB for the default model).
+plan runs on panels or oneDNN's prepacked kernels (not AMX tiles), `auto` keeps both (`decode_blocks`):
+the blocks for calls of up to 8 rows (read as bf16 weights with AVX512-BF16: the panels' values), the bf16
+weight beyond (+96 MB for the default model).
 `q8_0` / `q4_0` quantize any checkpoint's linear layers at load (`devices/cpu/quantize.py`,
 `models/quantize_at_load.py`) and serve them as `quantized` serves a GGUF's; they need the native
 kernels on the CPU and refuse anything else.
@@ -55,7 +58,7 @@ BF16_LEVELS: tuple[IsaLevel, ...] = ("avx512_bf16", "amx")
 PREPACK_LEVELS: tuple[IsaLevel, ...] = ("avx512", "avx512_bf16", "amx")
 """Levels where oneDNN's bf16 prepacked matmuls run (an explicit dtype=bfloat16 takes them)."""
 
-LinearPath = Literal["onednn_packed", "amx_tiles", "wide_bf16", "torch"]
+LinearPath = Literal["bf16_panels", "onednn_packed", "amx_tiles", "wide_bf16", "torch"]
 WEIGHT_DTYPES = ("auto", "quantized", "bfloat16", "float32", "q8_0", "q4_0")
 QUANTIZE_AT_LOAD: dict[str, QuantFormat] = {"q8_0": "q8_0", "q4_0": "q4_0"}
 """The weight_dtype values that quantize the linear layers at load, and their block format."""
@@ -143,7 +146,7 @@ class ComputePlan:
             weights = DTYPES[weight_dtype]
         linear = _linear_path(level, act, weights, kernels)
         decode_blocks = weight_dtype == "auto" and quantized_checkpoint and kernels is not None \
-            and not quantized and linear == "onednn_packed"
+            and not quantized and linear in ("bf16_panels", "onednn_packed")
         return cls(device, act, weights, linear, level, kernels, cpu_kernels == "native", quantized,
                    quantize_to, int8, decode_blocks)
 
@@ -161,7 +164,7 @@ class ComputePlan:
     @property
     def fp32_logits(self) -> bool:
         """A bf16 plan on the native kernels of a level with AVX512-BF16: its LM head keeps the logits
-        in fp32 (`logits_linear`, devices/cpu/logits.py) where oneDNN would round them to bf16 (a GGUF's
+        in fp32 (`panels_linear`, devices/cpu/logits.py) where oneDNN would round them to bf16 (a GGUF's
         head on its blocks up to DECODE_BLOCK_ROWS rows); not with weight_dtype=q8_0 / q4_0."""
         return self.activations == torch.bfloat16 and self.kernels is not None and self.level in BF16_LEVELS \
             and self.quantize_to is None
@@ -188,6 +191,7 @@ class ComputePlan:
         ns = f"tt_backend_{self.level}::"
         native = f"native {ns}"
         linear = {
+            "bf16_panels": f"{ns}panels_linear: bf16 weights in panels of 16 columns (AVX512-BF16 dots)",
             "onednn_packed": "oneDNN prepacked bf16 (mkldnn::_linear_pointwise)",
             "amx_tiles": f"{ns}linear: AMX tiles up to 64 rows, oneDNN prepacked beyond",
             "wide_bf16": f"{ns}wide_linear: bf16 weights streamed up to 64 rows, widened for the fp32 GEMM "
@@ -198,11 +202,13 @@ class ComputePlan:
             op = "quant_linear_q8 (int8 inputs)" if self.int8_activations else "quant_linear"
             linear = f"{ns}{op} on {self._blocks} (listed per layer at load); others: {linear}"
         elif self.decode_blocks:
-            linear = f"{ns}blocks_or_packed_linear: the GGUF's quantized blocks up to {DECODE_BLOCK_ROWS} " \
-                     f"rows, oneDNN prepacked bf16 beyond (listed per layer at load); others: {linear}"
+            op, beyond = ("panels_linear", "bf16 panels") if self.linear == "bf16_panels" else \
+                ("blocks_or_packed_linear", "oneDNN prepacked bf16")
+            linear = f"{ns}{op}: the GGUF's quantized blocks up to {DECODE_BLOCK_ROWS} rows, {beyond} " \
+                     f"beyond (listed per layer at load); others: {linear}"
         if self.fp32_logits:
             blocks = f", the GGUF's blocks up to {DECODE_BLOCK_ROWS} rows" if self.reads_file_blocks else ""
-            linear += f"; LM head: {ns}logits_linear (fp32 logits{blocks})"
+            linear += f"; LM head: {ns}panels_linear (fp32 logits{blocks})"
         fast_prefill = self.kernels is not None and self.kernels.prefill_attention_fast(
             self.activations, 9, 3, 64)  # (a geometry the fast task takes: the dtype and level decide)
         return {
@@ -242,7 +248,10 @@ def _linear_path(level: IsaLevel, act: torch.dtype, weights: torch.dtype,
                  kernels: CpuKernels | None) -> LinearPath:
     if act == torch.float32 and weights == torch.bfloat16:
         return "wide_bf16"
+    tiles = kernels is not None and kernels.tile_linear_supported()
+    if act == weights == torch.bfloat16 and kernels is not None and level in BF16_LEVELS and not tiles:
+        return "bf16_panels"
     if act == weights == torch.bfloat16 and level in PREPACK_LEVELS and torch.backends.mkldnn.is_available():
-        return "amx_tiles" if kernels is not None and kernels.tile_linear_supported() else "onednn_packed"
+        return "amx_tiles" if tiles else "onednn_packed"
     return "torch"
 

@@ -21,8 +21,9 @@ library per instruction-set level (`isa.py`).
   blocks up to a row count and oneDNN's bf16 kernel on a prepacked copy beyond (csrc/onednn_linear.h).
 - csrc/quant_linear_q8.cpp: `quant_linear_q8`, the same layer with int8 activations (llama.cpp's
   scheme: integer dot products per block), and `quantize_q8`, the activations it computes on.
-- csrc/logits_linear.cpp: `logits_linear`, the LM head of a bf16 plan with AVX512-BF16, its logits
-  kept in fp32 (`devices/cpu/logits.py`).
+- csrc/panels_linear.cpp: `panels_linear`, bf16 x bf16 weights held in panels on AVX512-BF16's dot
+  products: a bf16 plan's linear layers at avx512_bf16 and its LM head, whose logits stay fp32
+  (`devices/cpu/panels.py`, `devices/cpu/logits.py`).
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the
@@ -52,11 +53,11 @@ logger = logging.getLogger(__name__)
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = [CSRC / "paged_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
            CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp",
-           CSRC / "blocks_bf16_linear.cpp", CSRC / "logits_linear.cpp"]
+           CSRC / "blocks_bf16_linear.cpp", CSRC / "panels_linear.cpp"]
 OPS = ("paged_decode_attention", "paged_prefill_attention", "rms_norm", "add_rms_norm", "silu_and_mul",
        "rope_and_cache", "wide_linear",
        "tile_linear", "linear", "quant_linear", "dequantize_blocks",
-       "quant_linear_q8", "quantize_q8", "blocks_or_packed_linear", "logits_linear")
+       "quant_linear_q8", "quantize_q8", "blocks_or_packed_linear", "panels_linear")
 # No contraction of a * b + c into one FMA: the kernels round where torch's separate ops round.
 # -fno-trapping-math changes no value; without it GCC vectorises no loop that compares floats (the
 # portable SiLU ran 9x slower than torch's).

@@ -29,6 +29,7 @@ from torch import nn
 
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.kernels import CpuKernels
+from tt_backend.devices.cpu.panels import PanelsLinear
 
 SMALL_ROWS = 64
 """Up to this many rows a layer with tiles runs on them; beyond, oneDNN (at 128 rows the tile
@@ -123,6 +124,11 @@ def convert_linears(module: nn.Module, plan: ComputePlan) -> int:
     were replaced (none on the torch path)."""
     if plan.linear == "torch":
         return 0
+    if plan.linear == "bf16_panels":
+        panel_kernels = plan.kernels
+        assert panel_kernels is not None, "bf16_panels runs on the native kernels"
+        return _replace_linears(module, lambda linear: PanelsLinear(linear.weight.detach(), linear.bias,
+                                                                    panel_kernels))
     if plan.linear == "wide_bf16":
         kernels = plan.kernels
         assert kernels is not None, "wide_bf16 runs on the native kernels"

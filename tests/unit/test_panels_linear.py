@@ -1,4 +1,4 @@
-"""The LM head of a bf16 plan keeps its logits in fp32 (`logits_linear`, devices/cpu/logits.py): the
+"""The LM head of a bf16 plan keeps its logits in fp32 (`panels_linear`, devices/cpu/logits.py): the
 panels kernel against the exact sums of the bf16 products, the blocks path against the bf16 blocks
 kernel before its rounding, and the default model's first answer token to "What is the capital of
 France?", which bf16 logits tied with the runner-up and lost to it. Needs AVX512-BF16."""
@@ -18,7 +18,7 @@ from tt_backend.contract.step import PlannedRow
 from tt_backend.devices.cpu.compute_plan import BF16_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
-from tt_backend.devices.cpu.logits import LogitsLinear, panels
+from tt_backend.devices.cpu.panels import PanelsLinear, panels
 from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear
 from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
@@ -28,7 +28,7 @@ LEVELS = [level for level in probe().levels if level in BF16_LEVELS]
 pytestmark = [
     pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
                        reason="no C++ compiler: the native kernels cannot be built here"),
-    pytest.mark.skipif(not LEVELS, reason="logits_linear needs AVX512-BF16, which this CPU lacks"),
+    pytest.mark.skipif(not LEVELS, reason="panels_linear needs AVX512-BF16, which this CPU lacks"),
 ]
 CPU = torch.device("cpu")
 
@@ -51,7 +51,7 @@ def test_the_panels_sum_the_bf16_products_in_fp32_each_row_as_if_alone(level: st
     g = torch.Generator().manual_seed(n + k)
     weight = torch.randn(n, k, generator=g) * 0.05
     bias = torch.randn(n, generator=g) if biased else None
-    head = LogitsLinear(weight, bias, kernels)
+    head = PanelsLinear(weight, bias, kernels, fp32_out=True)
     assert head.panels.shape == ((n + 15) // 16, (k + 1) // 2, 16, 2)
     for rows in (1, 3, 8, 9, 17, 33):
         x = (torch.randn(rows, k, generator=g) * 4).bfloat16()
@@ -64,26 +64,30 @@ def test_the_panels_sum_the_bf16_products_in_fp32_each_row_as_if_alone(level: st
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_with_a_ggufs_blocks_small_calls_are_the_bf16_blocks_sums_before_rounding(level: str) -> None:
-    """Up to DECODE_BLOCK_ROWS rows the head reads the blocks: rounded to bf16, its logits are exactly what
-    the other layers' blocks_or_packed_linear gives; beyond, the panels of the same bf16 weights."""
+@pytest.mark.parametrize("fp32_out", [True, False])
+def test_with_a_ggufs_blocks_small_calls_read_them_and_larger_ones_the_panels(level: str,
+                                                                              fp32_out: bool) -> None:
+    """Up to DECODE_BLOCK_ROWS rows the layer reads the blocks: rounded to bf16, its result is exactly what
+    blocks_or_packed_linear gives (fp32_out: the same sums before that rounding); beyond, the panels of
+    the same bf16 weights, in bf16 the fp32 sums (bias added) rounded once."""
     kernels = load_kernels(level)  # type: ignore[arg-type]
     w = random_blocks("q8_0", 80, 256, seed=5)
     dense = w.dequantize()
+    bias = torch.randn(80).bfloat16()
     packed = torch.ops.mkldnn._reorder_linear_weight(dense.bfloat16())
-    layer = QuantizedLinear(w, None, kernels, packed=packed)
-    head = LogitsLinear(dense, None, kernels, w.blocks, FORMAT_IDS["q8_0"])
-    plain = LogitsLinear(dense, None, kernels)
+    layer = QuantizedLinear(w, bias, kernels, packed=packed)
+    head = PanelsLinear(dense, bias, kernels, w.blocks, FORMAT_IDS["q8_0"], fp32_out=fp32_out)
+    plain = PanelsLinear(dense, bias, kernels, fp32_out=True)
     g = torch.Generator().manual_seed(1)
     for rows in (1, 4, DECODE_BLOCK_ROWS, DECODE_BLOCK_ROWS + 1, 20):
         x = torch.randn(rows, 256, generator=g).bfloat16()
         y = head(x)
-        assert y.dtype == torch.float32
+        assert y.dtype == (torch.float32 if fp32_out else torch.bfloat16)
         if rows <= DECODE_BLOCK_ROWS:
             assert torch.equal(y.bfloat16(), layer(x)), rows
-            assert not torch.equal(y, y.bfloat16().float()), rows
+            assert not fp32_out or not torch.equal(y, y.bfloat16().float()), rows
         else:
-            assert torch.equal(y, plain(x)), rows
+            assert torch.equal(y, plain(x) if fp32_out else plain(x).bfloat16()), rows
 
 
 def test_only_bf16_plans_with_bf16_arithmetic_take_the_fp32_head() -> None:
@@ -91,7 +95,8 @@ def test_only_bf16_plans_with_bf16_arithmetic_take_the_fp32_head() -> None:
         for dtype in ("auto", "float32", "bfloat16"):
             plan = ComputePlan.resolve(CPU, dtype, level, "native" if level != "neon" else "auto")
             assert plan.fp32_logits == (level in BF16_LEVELS and dtype != "float32"), (level, dtype)
-            assert ("logits_linear" in plan.op_paths()["linear layers and LM head"]) == plan.fp32_logits
+            paths = plan.op_paths()["linear layers and LM head"]
+            assert ("LM head: tt_backend_" in paths) == plan.fp32_logits
     assert not ComputePlan.resolve(CPU, "bfloat16", LEVELS[0], "torch").fp32_logits
 
 
@@ -107,9 +112,10 @@ def test_the_default_models_france_answer_no_longer_ties(level: str, source: str
     plan = ComputePlan.resolve(CPU, "auto", level, "native", quantized_checkpoint=gguf is not None)
     loaded = load_model(model_dir, plan, quantized=GgufLinears.read(gguf) if gguf is not None else None)
     head = loaded.module.get_submodule("lm_head")
-    assert isinstance(head, LogitsLinear) and (head.blocks is not None) == (gguf is not None)
-    blocks = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]
-    assert len(blocks) == (120 if gguf is not None else 0)  # every other linear layer on the GGUF's blocks
+    assert isinstance(head, PanelsLinear) and head.fp32_out
+    assert (head.blocks is not None) == (gguf is not None)
+    layers = [m for m in loaded.module.modules() if isinstance(m, PanelsLinear) and not m.fp32_out]
+    assert len(layers) == 120 and all((m.blocks is not None) == (gguf is not None) for m in layers)
     spec = loaded.spec
     kv = torch.zeros(spec.num_layers, 2, 8, 16, spec.num_kv_heads, spec.head_dim, dtype=torch.bfloat16)
     prompt = chat_ids(CHAT_PROMPTS[0])
