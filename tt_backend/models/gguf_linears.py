@@ -27,7 +27,7 @@ from torch import nn
 
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.kernels import CpuKernels
-from tt_backend.devices.cpu.logits import HEAD
+from tt_backend.devices.cpu.logits import is_head
 from tt_backend.devices.cpu.panels import PanelsLinear
 from tt_backend.devices.cpu.quant import (
     DECODE_BLOCK_ROWS,
@@ -141,7 +141,7 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
         if weight is None or (plan.decode_blocks and isinstance(child, nn.Embedding)):  # a lookup: one row
             continue
         assert isinstance(child, nn.Linear | nn.Embedding)
-        layer = _quantized(child, weight, kernels, plan, exact, name.rpartition(".")[2] == HEAD)
+        layer = _quantized(child, weight, kernels, plan, exact, is_head(name))
         if layer is None:
             dense.append(name)
             continue

@@ -29,6 +29,11 @@ HEAD = "lm_head"
 """The name (last part) of a model's output layer."""
 
 
+def is_head(name: str) -> bool:
+    """Whether the module named `name` (dotted, from `named_modules`) is a model's LM head."""
+    return name.rpartition(".")[2] == HEAD
+
+
 def use_fp32_logits(module: nn.Module, plan: ComputePlan) -> int:
     """Replace each dense LM head of `module` by a `PanelsLinear` with fp32 output; return how many were
     replaced."""
@@ -36,8 +41,8 @@ def use_fp32_logits(module: nn.Module, plan: ComputePlan) -> int:
     assert plan.fp32_logits and kernels is not None
     count = 0
     for name, child in list(module.named_modules()):
-        parent, _, leaf = name.rpartition(".")
-        if leaf == HEAD and isinstance(child, nn.Linear):
+        if is_head(name) and isinstance(child, nn.Linear):
+            parent, _, leaf = name.rpartition(".")
             head = PanelsLinear(child.weight.detach(), child.bias, kernels, fp32_out=True)
             setattr(module.get_submodule(parent), leaf, head)
             count += 1

@@ -1,9 +1,9 @@
 // A bf16 plan's decode rows on a GGUF's blocks (`decode_blocks`, quant_linear.cpp's
 // blocks_or_packed_linear): bf16 inputs times each weight dequantized (ggml's fp32 value, quant_pairs.h)
 // and rounded to bf16 (nearest, ties to even: what `.to(torch.bfloat16)` gives, so the very values of the
-// prepacked bf16 weight oneDNN serves the larger calls with), multiplied in pairs by AVX512-BF16's
+// bf16 weight the panels or oneDNN serve the larger calls with), multiplied in pairs by AVX512-BF16's
 // vdpbf16ps into fp32 sums; the bias added in fp32 and the result rounded to bf16 once (or returned in
-// fp32: the LM head's logits, logits_linear.cpp). So the plan
+// fp32: the LM head's logits, panels_linear.cpp). So the plan
 // computes one bf16 model whichever path a call takes; only the order of the fp32 sums differs.
 //
 // Each sum (r, n) runs in 16 lanes over k in pairs, then the lanes in _mm512_reduce_add_ps's order: a

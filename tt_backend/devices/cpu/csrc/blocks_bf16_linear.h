@@ -8,7 +8,7 @@
 
 namespace tt_quant {
 
-constexpr int64_t kBf16MaxRows = 8;  // rows one call takes (decode batches); more go to oneDNN
+constexpr int64_t kBf16MaxRows = 8;  // rows one call takes (decode batches); more go to panels or oneDNN
 
 #if defined(__AVX512BF16__)
 // y [M, N] bf16 (fp32 with fp32_out) = x [M, K] bf16 @ bf16(W).T (+ bias), W the fp32 weights `blocks`

@@ -34,14 +34,14 @@ namespace {
 constexpr int64_t kRows = 8;    // input rows a tile takes
 constexpr int64_t kPanels = 3;  // panels of 16 columns a tile takes
 
-// y[r, n0 + 16 g + l] for r < R, g < G (columns past N not stored): x holds R rows of `pairs` input
-// pairs, w the G panels (`panel_words` 32-bit words apart).
 // The sums of 16 columns, bias added, stored as fp32 or rounded to bf16 (nearest even), `mask` the valid ones.
 inline void store(float* y, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(y, mask, v); }
 inline void store(uint16_t* y, __mmask16 mask, __m512 v) {
   _mm256_mask_storeu_epi16(y, mask, (__m256i)_mm512_cvtneps_pbh(v));
 }
 
+// y[r, n0 + 16 g + l] for r < R, g < G (columns past N not stored): x holds R rows of `pairs` input
+// pairs, w the G panels (`panel_words` 32-bit words apart); `next`, when given, the panels to fetch into L2.
 template <int64_t R, int64_t G, typename Out>
 void tile(const uint32_t* x, int64_t pairs, const uint32_t* w, int64_t panel_words, const float* bias,
           Out* y, int64_t N, int64_t n0, const uint32_t* next) {
