@@ -7,6 +7,7 @@ request left hanging. The tests share one cluster and run in order; the last one
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -152,8 +153,8 @@ def test_a_server_killed_mid_run_is_routed_around(cluster: RoutedCluster) -> Non
         streams = list(pool.map(lambda c, text: Stream(c, cluster.router, text, TOKENS), clients, contents))
         for stream in streams:
             stream.first_event()
-        running = [scrape(m).get(series("vllm:num_requests_running"), 0.0) for m in metrics]
-        assert running[1] >= 1, running  # the concurrent streams spread over both servers
+        running = _running_once_reported(metrics, len(streams))
+        assert sum(running) == len(streams) and running[1] >= 1, running  # spread over both servers
         cluster.kill_server(1)
         # The streams on the survivor complete; those on the killed server end, cut short.
         replies = [stream.finish() for stream in streams]
@@ -171,6 +172,18 @@ def test_a_server_killed_mid_run_is_routed_around(cluster: RoutedCluster) -> Non
     key = series("vllm:request_success_total", finished_reason="length")
     want = {key: len(complete) + len(later)}
     assert wait_for_metrics(metrics[0], want, before) == want
+
+
+def _running_once_reported(metrics: list[str], streams: int, timeout: float = 10) -> list[float]:
+    """Each server's running requests, scraped until the two account for every open stream. A client
+    sees a step's tokens before the engine's report of that step sets the gauge, so a scrape taken
+    as the first tokens arrive can still count a stream as waiting, or on neither server."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [scrape(m).get(series("vllm:num_requests_running"), 0.0) for m in metrics]
+        if sum(running) == streams or time.monotonic() > deadline:
+            return running
+        time.sleep(0.02)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
