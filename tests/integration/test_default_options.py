@@ -40,7 +40,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_the_log_names_the_lm_heads_path(served: Server) -> None:
     log = served.log_text()
     assert f"compute: cpu_isa={LEVEL}, " in log
-    head = f"LM head: tt_backend_{LEVEL}::panels_linear (fp32 logits, the GGUF's blocks up to 8 rows)"
+    head = f"LM head: tt_backend_{LEVEL}::panels_linear (fp32 logits, the GGUF's blocks up to 4 rows)"
     assert (head in log) == BF16
 
 

@@ -21,7 +21,13 @@ from tt_backend.devices.cpu.compute_plan import PREPACK_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
 from tt_backend.devices.cpu.panels import PanelsLinear
-from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear, QuantizedTensor
+from tt_backend.devices.cpu.quant import (
+    DECODE_BLOCK_ROWS,
+    FORMAT_IDS,
+    PANELS_BLOCK_ROWS,
+    QuantizedLinear,
+    QuantizedTensor,
+)
 from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
 
@@ -48,8 +54,9 @@ def test_the_plan_keeps_decode_blocks_only_for_a_gguf_under_auto_on_onednn(level
     assert (plan.decode_blocks, plan.quantized, plan.linear, plan.activations) == \
         (True, False, linear, torch.bfloat16)
     assert plan.reads_file_blocks
-    op = "panels_linear" if bf16_dots(level) else "blocks_or_packed_linear"
-    assert f"{op}: the GGUF's quantized blocks up to 8 rows" in plan.op_paths()["linear layers and LM head"]
+    op, rows = ("panels_linear", 4) if bf16_dots(level) else ("blocks_or_packed_linear", 8)
+    paths = plan.op_paths()["linear layers and LM head"]
+    assert f"{op}: the GGUF's quantized blocks up to {rows} rows" in paths
     assert "for decode" in plan.dtype_name
     assert not plan_at(level).decode_blocks  # no GGUF
     assert not plan_at(level, quantized_checkpoint=True, weight_dtype="bfloat16").decode_blocks
@@ -138,7 +145,7 @@ def test_every_linear_layer_holds_both_forms_and_the_embedding_stays_dense(hybri
     if bf16_dots(PREPACKED[-1]):  # blocks, then bf16 panels; the head's logits stay fp32 (cpu/logits.py)
         layers = [m for m in loaded.module.modules() if isinstance(m, PanelsLinear)]
         assert len(layers) == 121 and [m for m in layers if m.fp32_out] == [head]
-        assert all(m.blocks is not None and m.small_rows == DECODE_BLOCK_ROWS for m in layers)
+        assert all(m.blocks is not None and m.small_rows == PANELS_BLOCK_ROWS for m in layers)
         assert head.fmt == FORMAT_IDS["q8_0"] and "1 x lm_head q8_0" in log and "::panels_linear" in log
     else:
         quantized = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]

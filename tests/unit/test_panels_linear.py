@@ -19,7 +19,7 @@ from tt_backend.devices.cpu.compute_plan import BF16_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
 from tt_backend.devices.cpu.panels import PanelsLinear, panels
-from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, FORMAT_IDS, QuantizedLinear
+from tt_backend.devices.cpu.quant import FORMAT_IDS, PANELS_BLOCK_ROWS, QuantizedLinear
 from tt_backend.models.gguf_linears import GgufLinears, gguf_source
 from tt_backend.models.loader import load_model
 from tt_backend.runtime.inputs import prepare_host_inputs
@@ -67,7 +67,7 @@ def test_the_panels_sum_the_bf16_products_in_fp32_each_row_as_if_alone(level: st
 @pytest.mark.parametrize("fp32_out", [True, False])
 def test_with_a_ggufs_blocks_small_calls_read_them_and_larger_ones_the_panels(level: str,
                                                                               fp32_out: bool) -> None:
-    """Up to DECODE_BLOCK_ROWS rows the layer reads the blocks: rounded to bf16, its result is exactly what
+    """Up to PANELS_BLOCK_ROWS rows the layer reads the blocks: rounded to bf16, its result is exactly what
     blocks_or_packed_linear gives (fp32_out: the same sums before that rounding); beyond, the panels of
     the same bf16 weights, in bf16 the fp32 sums (bias added) rounded once."""
     kernels = load_kernels(level)  # type: ignore[arg-type]
@@ -79,11 +79,11 @@ def test_with_a_ggufs_blocks_small_calls_read_them_and_larger_ones_the_panels(le
     head = PanelsLinear(dense, bias, kernels, w.blocks, FORMAT_IDS["q8_0"], fp32_out=fp32_out)
     plain = PanelsLinear(dense, bias, kernels, fp32_out=True)
     g = torch.Generator().manual_seed(1)
-    for rows in (1, 4, DECODE_BLOCK_ROWS, DECODE_BLOCK_ROWS + 1, 20):
+    for rows in (1, 2, PANELS_BLOCK_ROWS, PANELS_BLOCK_ROWS + 1, 8, 20):
         x = torch.randn(rows, 256, generator=g).bfloat16()
         y = head(x)
         assert y.dtype == (torch.float32 if fp32_out else torch.bfloat16)
-        if rows <= DECODE_BLOCK_ROWS:
+        if rows <= PANELS_BLOCK_ROWS:
             assert torch.equal(y.bfloat16(), layer(x)), rows
             assert not fp32_out or not torch.equal(y, y.bfloat16().float()), rows
         else:

@@ -30,8 +30,8 @@ from tt_backend.devices.cpu.kernels import CpuKernels
 from tt_backend.devices.cpu.logits import is_head
 from tt_backend.devices.cpu.panels import PanelsLinear
 from tt_backend.devices.cpu.quant import (
-    DECODE_BLOCK_ROWS,
     FORMAT_IDS,
+    PANELS_BLOCK_ROWS,
     QuantFormat,
     QuantizedEmbedding,
     QuantizedLinear,
@@ -153,7 +153,7 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
     if plan.int8_activations:
         linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
     elif plan.decode_blocks and plan.linear == "bf16_panels":
-        linear = f"{ns}::panels_linear (blocks streamed up to {DECODE_BLOCK_ROWS} rows, bf16 panels beyond)"
+        linear = f"{ns}::panels_linear (blocks streamed up to {PANELS_BLOCK_ROWS} rows, bf16 panels beyond)"
     elif plan.decode_blocks:
         linear = f"{ns}::blocks_or_packed_linear (blocks streamed up to {_stream_rows(module)} rows, " \
                  "oneDNN prepacked bf16 beyond)"

@@ -48,7 +48,7 @@ import torch
 
 from tt_backend.devices.cpu.isa import CpuCapabilities, IsaLevel, probe
 from tt_backend.devices.cpu.kernels import CpuKernels, KernelsUnavailable, load_kernels
-from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, QuantFormat
+from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, PANELS_BLOCK_ROWS, QuantFormat
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class ComputePlan:
     def fp32_logits(self) -> bool:
         """A bf16 plan on the native kernels of a level with AVX512-BF16: its LM head keeps the logits
         in fp32 (`panels_linear`, devices/cpu/logits.py) where oneDNN would round them to bf16 (a GGUF's
-        head on its blocks up to DECODE_BLOCK_ROWS rows); not with weight_dtype=q8_0 / q4_0."""
+        head on its blocks up to PANELS_BLOCK_ROWS rows); not with weight_dtype=q8_0 / q4_0."""
         return self.activations == torch.bfloat16 and self.kernels is not None and self.level in BF16_LEVELS \
             and self.quantize_to is None
 
@@ -202,12 +202,13 @@ class ComputePlan:
             op = "quant_linear_q8 (int8 inputs)" if self.int8_activations else "quant_linear"
             linear = f"{ns}{op} on {self._blocks} (listed per layer at load); others: {linear}"
         elif self.decode_blocks:
-            op, beyond = ("panels_linear", "bf16 panels") if self.linear == "bf16_panels" else \
-                ("blocks_or_packed_linear", "oneDNN prepacked bf16")
-            linear = f"{ns}{op}: the GGUF's quantized blocks up to {DECODE_BLOCK_ROWS} rows, {beyond} " \
+            panels = self.linear == "bf16_panels"
+            op, rows, beyond = ("panels_linear", PANELS_BLOCK_ROWS, "bf16 panels") if panels \
+                else ("blocks_or_packed_linear", DECODE_BLOCK_ROWS, "oneDNN prepacked bf16")
+            linear = f"{ns}{op}: the GGUF's quantized blocks up to {rows} rows, {beyond} " \
                      f"beyond (listed per layer at load); others: {linear}"
         if self.fp32_logits:
-            blocks = f", the GGUF's blocks up to {DECODE_BLOCK_ROWS} rows" if self.reads_file_blocks else ""
+            blocks = f", the GGUF's blocks up to {PANELS_BLOCK_ROWS} rows" if self.reads_file_blocks else ""
             linear += f"; LM head: {ns}panels_linear (fp32 logits{blocks})"
         fast_prefill = self.kernels is not None and self.kernels.prefill_attention_fast(
             self.activations, 9, 3, 64)  # (a geometry the fast task takes: the dtype and level decide)

@@ -11,7 +11,7 @@ still flip, but no longer ties by rounding.
 The weight is held in panels of 16 columns (`panels`). For the default model's 49152 x 576 head (2
 threads, AMD Zen 4, each call alternating with oneDNN's, medians of 60) the kernel took 1.5-1.6 ms
 at 1 row against oneDNN's 2.1-2.2, 1.65-1.69 at 8 against 2.44-2.60, and 4.93-4.95 at 32 against
-5.39-5.69. A GGUF's head (`decode_blocks`) keeps its blocks for calls of up to DECODE_BLOCK_ROWS rows,
+5.39-5.69. A GGUF's head (`decode_blocks`) keeps its blocks for calls of up to PANELS_BLOCK_ROWS rows,
 as the other layers do (blocks_bf16_linear.cpp, its sums returned in fp32): served one request at a
 time they read fewer bytes, 9.6-10.9 against 10.8-11.4 ms a token (`bench/in_process.py
 --concurrency 1`, three runs each); the panels hold the blocks' values rounded to bf16, as oneDNN's

@@ -9,8 +9,9 @@ gets ahead at long prefills (512 rows: 280 / 292 ms for all four, 2048 rows: 107
 prefill steps hold up to `max_prefill_tokens` (256) tokens unless one prompt is longer. So the plan
 holds one copy of each weight, in panels, and no oneDNN copy.
 
-A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to DECODE_BLOCK_ROWS rows
-(blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values): fewer bytes.
+A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to PANELS_BLOCK_ROWS rows
+(blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values): fewer bytes in the
+same time (quant.PANELS_BLOCK_ROWS has the measurement).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tt_backend.devices.cpu.kernels import CpuKernels
-from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS
+from tt_backend.devices.cpu.quant import PANELS_BLOCK_ROWS
 
 
 def panels(weight: torch.Tensor) -> torch.Tensor:
@@ -34,7 +35,7 @@ def panels(weight: torch.Tensor) -> torch.Tensor:
 class PanelsLinear(nn.Module):
     """bf16 x [..., K] @ W.T (+ bias) -> [..., N] in bf16 (fp32 with `fp32_out`: an LM head's logits),
     W [N, K] held in `panels`; with `blocks` (a GGUF's, of format `fmt`), calls of up to
-    DECODE_BLOCK_ROWS rows read the blocks instead."""
+    PANELS_BLOCK_ROWS rows read the blocks instead."""
 
     panels: torch.Tensor
     blocks: torch.Tensor | None
@@ -45,7 +46,7 @@ class PanelsLinear(nn.Module):
         super().__init__()
         self.out_features, self.in_features = weight.shape
         self.kernels, self.fmt, self.fp32_out = kernels, fmt, fp32_out
-        self.small_rows = DECODE_BLOCK_ROWS if blocks is not None else 0
+        self.small_rows = PANELS_BLOCK_ROWS if blocks is not None else 0
         self.register_buffer("panels", panels(weight))
         self.register_buffer("blocks", None if blocks is None else blocks.contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float())

@@ -169,6 +169,18 @@ ms, bf16 blocks / oneDNN prepacked bf16, three runs): 1.18-1.47 / 1.78-3.0 at 1 
 they stream from memory at a third of the bytes)."""
 
 
+PANELS_BLOCK_ROWS = 4
+"""Rows up to which a layer on bf16 panels that also keeps a GGUF's blocks (`panels.PanelsLinear`,
+AVX512-BF16) reads the blocks. Whole traced decode steps of the default GGUF with the blocks read up to
+T rows (2 threads, AMD Zen 4, 164 keys, medians of 3 interleaved runs; ms): at 1 to 3 rows every T took
+the same (7.8-8.1, 8.6-8.9, 9.5-9.8): the blocks kernel, busy dequantizing, keeps pace with the panels,
+which stream 2.8x the bytes. At 4 rows neither was ahead over two runs; from 5 the panels were: at 5
+rows 9.6-10.0 against 12.3 with the blocks, at 6 9.5-10.0 against 12.8, at 8 12.5-13.5 against
+14.8-16.5. The engine serving c requests of 128 greedy tokens queued at once (three runs each,
+alternating): c=8 504 tok/s with the panels against 431 with the blocks, c=4 291 against 299. So the
+blocks stay up to 4 rows: no slower, on a third of the bytes."""
+
+
 class QuantizedLinear(nn.Module):
     """A bias-free or biased linear layer whose weight stays in GGUF blocks (`quant_linear`).
 
