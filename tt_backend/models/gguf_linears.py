@@ -153,7 +153,8 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
     if plan.int8_activations:
         linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
     elif plan.decode_blocks and plan.linear == "bf16_panels":
-        linear = f"{ns}::panels_linear (blocks streamed up to {PANELS_BLOCK_ROWS} rows, bf16 panels beyond)"
+        linear = f"{ns}::panels_linear (blocks up to {PANELS_BLOCK_ROWS} rows, 4-bit ones repacked in " \
+                 "panels, bf16 panels beyond)"
     elif plan.decode_blocks:
         linear = f"{ns}::blocks_or_packed_linear (blocks streamed up to {_stream_rows(module)} rows, " \
                  "oneDNN prepacked bf16 beyond)"

@@ -23,7 +23,8 @@ library per instruction-set level (`isa.py`).
   scheme: integer dot products per block), and `quantize_q8`, the activations it computes on.
 - csrc/panels_linear.cpp: `panels_linear`, bf16 x bf16 weights held in panels on AVX512-BF16's dot
   products: a bf16 plan's linear layers at avx512_bf16 and its LM head, whose logits stay fp32
-  (`devices/cpu/panels.py`, `devices/cpu/logits.py`).
+  (`devices/cpu/panels.py`, `devices/cpu/logits.py`); its decode rows read a GGUF's blocks
+  (csrc/blocks_bf16_linear.cpp), its 4-bit ones repacked in panels (csrc/nibble_panels.cpp).
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the
@@ -53,7 +54,7 @@ logger = logging.getLogger(__name__)
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = [CSRC / "paged_attention.cpp", CSRC / "elementwise.cpp", CSRC / "wide_linear.cpp",
            CSRC / "tile_linear.cpp", CSRC / "quant_linear.cpp", CSRC / "quant_linear_q8.cpp",
-           CSRC / "blocks_bf16_linear.cpp", CSRC / "panels_linear.cpp"]
+           CSRC / "blocks_bf16_linear.cpp", CSRC / "nibble_panels.cpp", CSRC / "panels_linear.cpp"]
 OPS = ("paged_decode_attention", "paged_prefill_attention", "rms_norm", "add_rms_norm", "silu_and_mul",
        "rope_and_cache", "wide_linear",
        "tile_linear", "linear", "quant_linear", "dequantize_blocks",

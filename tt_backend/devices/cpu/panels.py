@@ -9,9 +9,10 @@ gets ahead at long prefills (512 rows: 280 / 292 ms for all four, 2048 rows: 107
 prefill steps hold up to `max_prefill_tokens` (256) tokens unless one prompt is longer. So the plan
 holds one copy of each weight, in panels, and no oneDNN copy.
 
-A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to PANELS_BLOCK_ROWS rows
-(blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values): fewer bytes in the
-same time (quant.PANELS_BLOCK_ROWS has the measurement).
+A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to PANELS_BLOCK_ROWS rows:
+fewer bytes (quant.PANELS_BLOCK_ROWS has the measurement). Q4_0 and Q4_1 blocks are repacked in panels
+(`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights); the others are read as they
+are (blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tt_backend.devices.cpu import nibble_panels
 from tt_backend.devices.cpu.kernels import CpuKernels
-from tt_backend.devices.cpu.quant import PANELS_BLOCK_ROWS
+from tt_backend.devices.cpu.quant import FORMAT_IDS, PANELS_BLOCK_ROWS
 
 
 def panels(weight: torch.Tensor) -> torch.Tensor:
@@ -47,6 +49,14 @@ class PanelsLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.kernels, self.fmt, self.fp32_out = kernels, fmt, fp32_out
         self.small_rows = PANELS_BLOCK_ROWS if blocks is not None else 0
+        four_bit = {FORMAT_IDS[f]: f for f in nibble_panels.FORMATS}
+        if blocks is not None and fmt in four_bit:  # repacked (csrc/nibble_panels.cpp) where they fit
+            n, k = weight.shape
+            try:
+                blocks = nibble_panels.nibble_panels(blocks, four_bit[fmt], n, k)
+                self.fmt, self.small_rows = nibble_panels.FORMAT, min(self.small_rows, nibble_panels.MAX_ROWS)
+            except ValueError:
+                pass  # read as they are (blocks_bf16_linear.cpp)
         self.register_buffer("panels", panels(weight))
         self.register_buffer("blocks", None if blocks is None else blocks.contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float())

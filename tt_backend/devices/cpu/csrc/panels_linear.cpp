@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "blocks_bf16_linear.h"
+#include "nibble_panels.h"
 #include "ops_library.h"
 
 #if defined(__AVX512BF16__)
@@ -121,8 +122,12 @@ at::Tensor panels_linear(const at::Tensor& x, const at::Tensor& panels, int64_t 
   }
   auto sizes = x.sizes().vec();
   sizes.back() = N;
-  if (blocks.has_value() && M >= 1 && M <= small_rows && M <= tt_quant::kBf16MaxRows)
-    return tt_quant::bf16_blocks_linear(x, *blocks, format, K, bias, fp32_out).view(sizes);
+  if (blocks.has_value() && M >= 1 && M <= small_rows) {
+    const bool nibbles = format == tt_nibbles::kNibblePanels;  // 4-bit blocks repacked (nibble_panels.cpp)
+    if (nibbles && M <= tt_nibbles::kMaxRows) return tt_nibbles::nibble_panels_linear(x, *blocks, N, bias, fp32_out);
+    if (!nibbles && M <= tt_quant::kBf16MaxRows)
+      return tt_quant::bf16_blocks_linear(x, *blocks, format, K, bias, fp32_out).view(sizes);
+  }
   at::Tensor xc = x.reshape({M, K}).contiguous();
   if (K % 2) xc = at::constant_pad_nd(xc, {0, 1});  // the last pair's second input is 0 (its weight too)
   auto y = at::empty({M, N}, x.options().dtype(fp32_out ? at::kFloat : at::kBFloat16));

@@ -1,0 +1,88 @@
+"""A GGUF's 4-bit blocks repacked in panels for decode rows (csrc/nibble_panels.cpp, devices/cpu/
+nibble_panels.py): the layout holds every weight once, the kernel computes the fp32 dequantized weights
+(ggml's q * d + m) to within fp32 rounding, tighter than the weights' rounding to bf16 would allow,
+a row's result does not depend on its batch, and calls of more than 4 rows take the bf16 panels.
+Needs AVX512-BF16."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from tests.unit.test_quant_linear import random_blocks
+from tt_backend.devices.cpu import nibble_panels
+from tt_backend.devices.cpu.compute_plan import BF16_LEVELS
+from tt_backend.devices.cpu.isa import probe
+from tt_backend.devices.cpu.kernels import load_kernels
+from tt_backend.devices.cpu.panels import PanelsLinear
+from tt_backend.devices.cpu.quant import BLOCK_BYTES, FORMAT_IDS, QuantizedTensor
+
+LEVELS = [level for level in probe().levels if level in BF16_LEVELS]
+pytestmark = [
+    pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                       reason="no C++ compiler: the native kernels cannot be built here"),
+    pytest.mark.skipif(not LEVELS, reason="panels_linear needs AVX512-BF16, which this CPU lacks"),
+]
+
+
+def block_scales(w: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each weight's block d and m ([rows, cols] fp32; q4_0's m is -8 d)."""
+    b = w.blocks.reshape(w.rows, w.cols // 32, BLOCK_BYTES[w.format])
+    d = b[..., 0:2].contiguous().view(torch.float16).float()[..., 0]  # [rows, blocks]
+    m = b[..., 2:4].contiguous().view(torch.float16).float()[..., 0] if w.format == "q4_1" else -8 * d
+    return d.repeat_interleave(32, dim=1), m.repeat_interleave(32, dim=1)
+
+
+def test_the_layout_holds_each_weight_of_a_panel_block_once() -> None:
+    low, high = nibble_panels._source()
+    assert np.array_equal(np.sort(np.concatenate([low, high])), np.arange(512))
+
+
+def test_only_4_bit_blocks_are_repacked() -> None:
+    with pytest.raises(ValueError, match="q8_0"):
+        nibble_panels.nibble_panels(random_blocks("q8_0", 16, 64, seed=1).blocks, "q8_0", 16, 64)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("fmt", nibble_panels.FORMATS)
+@pytest.mark.parametrize(("n", "k"), [(80, 256), (37, 64)])
+def test_decode_rows_are_the_fp32_dequantized_weights(level: str, fmt: str, n: int, k: int) -> None:
+    """Within fp32 rounding of the kernel's sums: a block's 16 dot products of x by 128 + q, its input
+    sum (32 terms) times m - 128 d, and the blocks' running total each round at 2^-24 of at most the
+    magnitudes of their terms (T: x by 143 d, m and 128 d), so the error is below 2^-24 (blocks + 40) T;
+    rounding the weights to bf16 (the panels' values) leaves some result outside that bound."""
+    kernels = load_kernels(level)  # type: ignore[arg-type]
+    w = random_blocks(fmt, n, k, seed=7)  # type: ignore[arg-type]
+    dense = w.dequantize()
+    bias = torch.randn(n)
+    fp32 = PanelsLinear(dense, bias, kernels, w.blocks, FORMAT_IDS[fmt], fp32_out=True)  # type: ignore[index]
+    bf16 = PanelsLinear(dense, bias, kernels, w.blocks, FORMAT_IDS[fmt])  # type: ignore[index]
+    assert (fp32.fmt, fp32.small_rows) == (nibble_panels.FORMAT, nibble_panels.MAX_ROWS)
+    d, m = block_scales(w)
+    g = torch.Generator().manual_seed(3)
+    for rows in range(1, nibble_panels.MAX_ROWS + 1):
+        x = torch.randn(rows, k, generator=g).bfloat16()
+        y = fp32(x)
+        want = x.double() @ dense.double().T + bias.double()
+        terms = x.double().abs() @ (271 * d.abs() + m.abs()).double().T + bias.double().abs()
+        bound = 2.0 ** -24 * (k // 32 + 40) * terms
+        assert bound.shape == want.shape == y.shape and ((y.double() - want).abs() <= bound).all(), rows
+        rounded = x.double() @ dense.bfloat16().double().T + bias.double()
+        assert ((rounded - want).abs() > bound).any(), rows  # the bound tells the weights from bf16's
+        assert torch.equal(bf16(x), y.bfloat16()), rows  # the same sums, rounded once
+        assert torch.equal(y, torch.cat([fp32(x[r:r + 1]) for r in range(rows)])), rows
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_more_rows_than_four_take_the_panels(level: str) -> None:
+    kernels = load_kernels(level)  # type: ignore[arg-type]
+    w = random_blocks("q4_1", 48, 128, seed=2)
+    dense = w.dequantize()
+    layer = PanelsLinear(dense, None, kernels, w.blocks, FORMAT_IDS["q4_1"])
+    plain = PanelsLinear(dense, None, kernels)
+    for rows in (5, 9):
+        x = torch.randn(rows, 128).bfloat16()
+        assert torch.equal(layer(x), plain(x)), rows

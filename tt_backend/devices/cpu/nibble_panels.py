@@ -1,0 +1,67 @@
+"""A GGUF's 4-bit blocks (Q4_0, Q4_1) repacked for `panels_linear`'s decode rows (csrc/nibble_panels.cpp).
+
+Per panel of 16 output columns and block of 32 inputs, 320 bytes: 256 bytes of nibbles, then the 16
+columns' d and their m (fp16; Q4_0's m is -8 d, exact in fp16). The kernel loads 64 bytes, splits
+each byte's nibbles (low, then high: `& 15`, `>> 4 & 15`) and unpacks each half with the constant byte
+0x43 (`_mm512_unpacklo_epi8` / `unpackhi_epi8`, lane by 128-bit lane), giving four registers of 32
+bf16 words: pairs of inputs (k, k + 1) by 16 columns, word 2c + j holding column c's input k + j, as
+vdpbf16ps reads them. `_SOURCE` says, for each byte and nibble, which (column, input) it holds, by
+following those instructions backwards.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tt_backend.devices.cpu.quant import BLOCK_BYTES, QuantFormat
+
+FORMAT = 100
+"""panels_linear's `format` for blocks in this layout (csrc/nibble_panels.h's kNibblePanels)."""
+FORMATS: tuple[QuantFormat, ...] = ("q4_0", "q4_1")
+PANEL_BLOCK_BYTES = 320
+MAX_ROWS = 4
+"""Rows one call takes (csrc/nibble_panels.h's kMaxRows)."""
+
+
+def _source() -> tuple[np.ndarray, np.ndarray]:
+    """For each of a panel-block's 256 bytes, the index (16 x 32: column * 32 + input) of the weight in
+    its low nibble and in its high nibble."""
+    low, high = np.zeros(256, np.int64), np.zeros(256, np.int64)
+    for j in range(4):  # 64 bytes: pairs 4j .. 4j + 3 of the block's 16
+        for t in range(4):  # unpacklo(low), unpackhi(low), unpacklo(high), unpackhi(high)
+            for w in range(32):  # word w: column w // 2, input 2 * pair + w % 2
+                lane, i = divmod(w, 8)
+                byte = 64 * j + 16 * lane + i + (8 if t in (1, 3) else 0)
+                weight = (w // 2) * 32 + 2 * (4 * j + t) + w % 2
+                (low if t < 2 else high)[byte] = weight
+    return low, high
+
+
+_LOW, _HIGH = _source()
+
+
+def nibble_panels(blocks: torch.Tensor, fmt: QuantFormat, rows: int, cols: int) -> torch.Tensor:
+    """blocks [rows, cols / 32 * bytes] of `fmt` (q4_0 or q4_1) -> uint8 [ceil(rows / 16), cols / 32, 320];
+    ValueError for other formats, or a q4_0 scale whose -8 d fp16 cannot hold."""
+    if fmt not in FORMATS:
+        raise ValueError(f"nibble panels hold q4_0 or q4_1 blocks, not {fmt}")
+    nb = cols // 32
+    b = blocks.reshape(rows, nb, BLOCK_BYTES[fmt]).numpy()
+    d = b[..., 0:2].copy().view(np.float16)[..., 0]  # [rows, nb]
+    if fmt == "q4_1":
+        m = b[..., 2:4].copy().view(np.float16)[..., 0]
+    else:
+        m = (d.astype(np.float32) * -8).astype(np.float16)
+        if not np.array_equal(m.astype(np.float32), d.astype(np.float32) * -8):
+            raise ValueError("a q4_0 block's m = -8 d does not fit fp16 (d past 8188)")
+    qs = b[..., -16:]
+    q = np.concatenate([qs & 15, qs >> 4], axis=-1)  # [rows, nb, 32]: input i in the low nibble of byte i
+    pad = -rows % 16
+    q, d, m = (np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)) for a in (q, d, m))
+    panels = (rows + pad) // 16
+    q = q.reshape(panels, 16, nb, 32).transpose(0, 2, 1, 3).reshape(panels, nb, 512)
+    nibbles = (q[..., _LOW] | (q[..., _HIGH] << 4)).astype(np.uint8)
+    scale = lambda a: a.reshape(panels, 16, nb).transpose(0, 2, 1).copy().view(np.uint8)  # noqa: E731
+    out = np.concatenate([nibbles, scale(d), scale(m)], axis=-1)
+    return torch.from_numpy(np.ascontiguousarray(out))
