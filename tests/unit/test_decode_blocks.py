@@ -17,6 +17,7 @@ from tests.conftest import CHAT_PROMPTS
 from tests.unit.test_engine_cpu_isa import follows_hf_fp32_within_bf16
 from tests.unit.test_quant_k import random_k_blocks
 from tests.unit.test_quant_linear import random_blocks
+from tt_backend.devices.cpu import nibble_panels
 from tt_backend.devices.cpu.compute_plan import PREPACK_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
 from tt_backend.devices.cpu.kernels import load_kernels
@@ -145,7 +146,10 @@ def test_every_linear_layer_holds_both_forms_and_the_embedding_stays_dense(hybri
     if bf16_dots(PREPACKED[-1]):  # blocks, then bf16 panels; the head's logits stay fp32 (cpu/logits.py)
         layers = [m for m in loaded.module.modules() if isinstance(m, PanelsLinear)]
         assert len(layers) == 121 and [m for m in layers if m.fp32_out] == [head]
-        assert all(m.blocks is not None and m.small_rows == PANELS_BLOCK_ROWS for m in layers)
+        assert all(m.blocks is not None for m in layers) and head.small_rows == PANELS_BLOCK_ROWS
+        # the Q4_1 layers' blocks repacked in panels (nibble_panels), read up to 8 rows
+        assert all((m.fmt, m.small_rows) == (nibble_panels.FORMAT, nibble_panels.MAX_ROWS)
+                   for m in layers if m is not head)
         assert head.fmt == FORMAT_IDS["q8_0"] and "1 x lm_head q8_0" in log and "::panels_linear" in log
     else:
         quantized = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]

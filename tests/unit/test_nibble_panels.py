@@ -1,7 +1,7 @@
 """A GGUF's 4-bit blocks repacked in panels for decode rows (csrc/nibble_panels.cpp, devices/cpu/
 nibble_panels.py): the layout holds every weight once, the kernel computes the fp32 dequantized weights
 (ggml's q * d + m) to within fp32 rounding, tighter than the weights' rounding to bf16 would allow,
-a row's result does not depend on its batch, and calls of more than 4 rows take the bf16 panels.
+a row's result does not depend on its batch, and calls of more than 8 rows take the bf16 panels.
 Needs AVX512-BF16."""
 
 from __future__ import annotations
@@ -77,12 +77,12 @@ def test_decode_rows_are_the_fp32_dequantized_weights(level: str, fmt: str, n: i
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_more_rows_than_four_take_the_panels(level: str) -> None:
+def test_more_rows_than_eight_take_the_panels(level: str) -> None:
     kernels = load_kernels(level)  # type: ignore[arg-type]
     w = random_blocks("q4_1", 48, 128, seed=2)
     dense = w.dequantize()
     layer = PanelsLinear(dense, None, kernels, w.blocks, FORMAT_IDS["q4_1"])
     plain = PanelsLinear(dense, None, kernels)
-    for rows in (5, 9):
+    for rows in (nibble_panels.MAX_ROWS + 1, 17):
         x = torch.randn(rows, 128).bfloat16()
         assert torch.equal(layer(x), plain(x)), rows

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tt_backend.devices.cpu import nibble_panels
 from tt_backend.devices.cpu.compute_plan import ComputePlan
 from tt_backend.devices.cpu.kernels import CpuKernels
 from tt_backend.devices.cpu.logits import is_head
@@ -153,8 +154,8 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
     if plan.int8_activations:
         linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
     elif plan.decode_blocks and plan.linear == "bf16_panels":
-        linear = f"{ns}::panels_linear (blocks up to {PANELS_BLOCK_ROWS} rows, 4-bit ones repacked in " \
-                 "panels, bf16 panels beyond)"
+        linear = f"{ns}::panels_linear (4-bit blocks repacked in panels up to {nibble_panels.MAX_ROWS} " \
+                 f"rows, other blocks up to {PANELS_BLOCK_ROWS}, bf16 panels beyond)"
     elif plan.decode_blocks:
         linear = f"{ns}::blocks_or_packed_linear (blocks streamed up to {_stream_rows(module)} rows, " \
                  "oneDNN prepacked bf16 beyond)"

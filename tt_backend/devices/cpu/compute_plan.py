@@ -48,6 +48,7 @@ import torch
 
 from tt_backend.devices.cpu.isa import CpuCapabilities, IsaLevel, probe
 from tt_backend.devices.cpu.kernels import CpuKernels, KernelsUnavailable, load_kernels
+from tt_backend.devices.cpu.nibble_panels import MAX_ROWS as NIBBLE_ROWS
 from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, PANELS_BLOCK_ROWS, QuantFormat
 
 logger = logging.getLogger(__name__)
@@ -205,7 +206,8 @@ class ComputePlan:
             panels = self.linear == "bf16_panels"
             op, rows, beyond = ("panels_linear", PANELS_BLOCK_ROWS, "bf16 panels") if panels \
                 else ("blocks_or_packed_linear", DECODE_BLOCK_ROWS, "oneDNN prepacked bf16")
-            linear = f"{ns}{op}: the GGUF's quantized blocks up to {rows} rows, {beyond} " \
+            repacked = f" (Q4_0 and Q4_1 repacked in panels, up to {NIBBLE_ROWS})" if panels else ""
+            linear = f"{ns}{op}: the GGUF's quantized blocks up to {rows} rows{repacked}, {beyond} " \
                      f"beyond (listed per layer at load); others: {linear}"
         if self.fp32_logits:
             blocks = f", the GGUF's blocks up to {PANELS_BLOCK_ROWS} rows" if self.reads_file_blocks else ""

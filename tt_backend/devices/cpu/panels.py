@@ -11,8 +11,8 @@ holds one copy of each weight, in panels, and no oneDNN copy.
 
 A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to PANELS_BLOCK_ROWS rows:
 fewer bytes (quant.PANELS_BLOCK_ROWS has the measurement). Q4_0 and Q4_1 blocks are repacked in panels
-(`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights); the others are read as they
-are (blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values).
+(`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights) and read up to 8 rows; the others
+are read as they are (blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class PanelsLinear(nn.Module):
             n, k = weight.shape
             try:
                 blocks = nibble_panels.nibble_panels(blocks, four_bit[fmt], n, k)
-                self.fmt, self.small_rows = nibble_panels.FORMAT, min(self.small_rows, nibble_panels.MAX_ROWS)
+                self.fmt, self.small_rows = nibble_panels.FORMAT, nibble_panels.MAX_ROWS
             except ValueError:
                 pass  # read as they are (blocks_bf16_linear.cpp)
         self.register_buffer("panels", panels(weight))

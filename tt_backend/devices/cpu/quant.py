@@ -179,8 +179,7 @@ rows 9.6-10.0 against 12.3 with the blocks, at 6 9.5-10.0 against 12.8, at 8 12.
 14.8-16.5. The engine serving c requests of 128 greedy tokens queued at once (three runs each,
 alternating): c=8 504 tok/s with the panels against 431 with the blocks, c=4 291 against 299. So the
 blocks stay up to 4 rows: no slower, on a third of the bytes. (Since measured, Q4_0 and Q4_1 blocks are
-repacked for those rows, `nibble_panels`: the 30 layers at 1 row 3.6-4.0 ms against the panels'
-6.6-8.0, at 4 rows 4.9-5.5 against 7.2-8.4.)"""
+repacked and read up to 8 rows, `nibble_panels.MAX_ROWS`.)"""
 
 
 class QuantizedLinear(nn.Module):

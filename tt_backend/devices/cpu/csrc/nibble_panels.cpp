@@ -1,4 +1,4 @@
-// Decode rows (up to 4) on a GGUF's 4-bit blocks repacked into panels of 16 output columns, on
+// Decode rows (up to 8) on a GGUF's 4-bit blocks repacked into panels of 16 output columns, on
 // AVX512-BF16's vdpbf16ps: the dequantized fp32 weights q * d + m (Q4_0: m = -8 d), not rounded to bf16.
 //
 // The blocks kernel (blocks_bf16_linear.cpp) dequantizes every weight column by column, block by block,
@@ -47,7 +47,7 @@ void panels(const uint32_t* x, const float* xs, int64_t pairs, int64_t nb, const
     for (int64_t g = 0; g < G; ++g) total[r][g] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     if (next != nullptr)
-      for (int64_t g = 0; g < kPanels; ++g)
+      for (int64_t g = 0; g < G; ++g)
         for (int64_t line = 0; line < kPanelBlockBytes; line += 64)
           __builtin_prefetch(next + g * panel_bytes + b * kPanelBlockBytes + line, 0, 2);
     __m512 acc[R][G];
@@ -106,6 +106,18 @@ void some_panels(int64_t count, int64_t rows, const uint32_t* x, const float* xs
   }
 }
 
+// A task's `count` panels, `side` at a time (the registers hold rows x side sums twice: 4 panels side by
+// side up to 2 rows, 2 up to 4, 1 beyond), `next` the next task's panels.
+template <typename Out>
+void task_panels(int64_t count, int64_t rows, const uint32_t* x, const float* xs, int64_t pairs, int64_t nb,
+                 const uint8_t* w, int64_t panel_bytes, const float* bias, Out* y, int64_t N, int64_t n0,
+                 const uint8_t* next) {
+  const int64_t side = rows <= 2 ? 4 : rows <= 4 ? 2 : 1;
+  for (int64_t s = 0; s < count; s += side)
+    some_panels<Out>(std::min(side, count - s), rows, x, xs, pairs, nb, w + s * panel_bytes, panel_bytes, bias,
+                     y, N, n0 + 16 * s, next != nullptr ? next + s * panel_bytes : nullptr);
+}
+
 template <typename Out>
 void all_panels(const uint32_t* x, const float* xs, int64_t M, int64_t K, const uint8_t* w, int64_t num_panels,
                 const float* bias, Out* y, int64_t N) {
@@ -116,7 +128,7 @@ void all_panels(const uint32_t* x, const float* xs, int64_t M, int64_t K, const 
       const int64_t p0 = t * kPanels, count = std::min(kPanels, num_panels - p0);
       // the next task's panels (whole ones: the last task, maybe fewer, fetches none)
       const uint8_t* next = t + 2 < tasks ? w + (p0 + kPanels) * panel_bytes : nullptr;
-      some_panels<Out>(count, M, x, xs, pairs, nb, w + p0 * panel_bytes, panel_bytes, bias, y, N, p0 * 16, next);
+      task_panels<Out>(count, M, x, xs, pairs, nb, w + p0 * panel_bytes, panel_bytes, bias, y, N, p0 * 16, next);
     }
   });
 }

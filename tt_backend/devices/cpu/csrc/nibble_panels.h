@@ -11,7 +11,7 @@ namespace tt_nibbles {
 
 constexpr int64_t kNibblePanels = 100;  // panels_linear's `format` of blocks in this layout
 constexpr int64_t kPanelBlockBytes = 320;  // one panel (16 columns) by one block (32 inputs): 256 + 32 + 32
-constexpr int64_t kMaxRows = 4;  // rows one call takes
+constexpr int64_t kMaxRows = 8;  // rows one call takes
 
 #if defined(__AVX512BF16__)
 // x [M, K] bf16 (M <= kMaxRows) @ W.T (+ bias) -> [M, N] fp32 (fp32_out) or bf16; `blocks` [ceil(N / 16),
