@@ -24,15 +24,12 @@
 #include <cstring>
 #include <vector>
 
+#include "panel_store.h"
+
 namespace tt_nibbles {
 namespace {
 
 constexpr int64_t kPanels = 4;  // panels a task sums side by side
-
-inline void store(float* y, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(y, mask, v); }
-inline void store(uint16_t* y, __mmask16 mask, __m512 v) {
-  _mm256_mask_storeu_epi16(y, mask, (__m256i)_mm512_cvtneps_pbh(v));
-}
 
 // y[r, n0 + 16 g + l] for r < R, g < G: x holds R rows of `pairs` input pairs, xs their sums per block
 // (R x nb), w the first panel's blocks (`panel_bytes` apart); `next`, when given, the next task's
@@ -78,13 +75,7 @@ void panels(const uint32_t* x, const float* xs, int64_t pairs, int64_t nb, const
       }
     }
   }
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t n = n0 + 16 * g;
-    const int64_t valid = std::min<int64_t>(16, N - n);
-    const __mmask16 mask = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
-    const __m512 bv = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + n) : _mm512_setzero_ps();
-    for (int64_t r = 0; r < R; ++r) store(y + r * N + n, mask, _mm512_add_ps(total[r][g], bv));
-  }
+  tt_panels::store_tile(total, bias, y, N, n0);
 }
 
 template <int64_t G, typename Out, int64_t R = kMaxRows>

@@ -23,6 +23,7 @@
 
 #include "blocks_bf16_linear.h"
 #include "nibble_panels.h"
+#include "panel_store.h"
 #include "ops_library.h"
 
 #if defined(__AVX512BF16__)
@@ -34,12 +35,6 @@ namespace {
 #if defined(__AVX512BF16__)
 constexpr int64_t kRows = 8;    // input rows a tile takes
 constexpr int64_t kPanels = 3;  // panels of 16 columns a tile takes
-
-// The sums of 16 columns, bias added, stored as fp32 or rounded to bf16 (nearest even), `mask` the valid ones.
-inline void store(float* y, __mmask16 mask, __m512 v) { _mm512_mask_storeu_ps(y, mask, v); }
-inline void store(uint16_t* y, __mmask16 mask, __m512 v) {
-  _mm256_mask_storeu_epi16(y, mask, (__m256i)_mm512_cvtneps_pbh(v));
-}
 
 // y[r, n0 + 16 g + l] for r < R, g < G (columns past N not stored): x holds R rows of `pairs` input
 // pairs, w the G panels (`panel_words` 32-bit words apart); `next`, when given, the panels to fetch into L2.
@@ -59,13 +54,7 @@ void tile(const uint32_t* x, int64_t pairs, const uint32_t* w, int64_t panel_wor
       for (int64_t g = 0; g < G; ++g) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], xv, wv[g]);
     }
   }
-  for (int64_t g = 0; g < G; ++g) {
-    const int64_t n = n0 + 16 * g;
-    const int64_t valid = std::min<int64_t>(16, N - n);
-    const __mmask16 mask = valid == 16 ? __mmask16(0xffff) : __mmask16((1u << valid) - 1);
-    const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + n) : _mm512_setzero_ps();
-    for (int64_t r = 0; r < R; ++r) store(y + r * N + n, mask, _mm512_add_ps(acc[r][g], b));
-  }
+  tt_panels::store_tile(acc, bias, y, N, n0);
 }
 
 template <int64_t G, typename Out, int64_t R = kRows>
