@@ -5,7 +5,7 @@ columns' d and their m (fp16; Q4_0's m is -8 d, exact in fp16). The kernel loads
 each byte's nibbles (low, then high: `& 15`, `>> 4 & 15`) and unpacks each half with the constant byte
 0x43 (`_mm512_unpacklo_epi8` / `unpackhi_epi8`, lane by 128-bit lane), giving four registers of 32
 bf16 words: pairs of inputs (k, k + 1) by 16 columns, word 2c + j holding column c's input k + j, as
-vdpbf16ps reads them. `_SOURCE` says, for each byte and nibble, which (column, input) it holds, by
+vdpbf16ps reads them. `_source` says, for each byte and nibble, which (column, input) it holds, by
 following those instructions backwards.
 """
 
@@ -19,7 +19,6 @@ from tt_backend.devices.cpu.quant import BLOCK_BYTES, QuantFormat
 FORMAT = 100
 """panels_linear's `format` for blocks in this layout (csrc/nibble_panels.h's kNibblePanels)."""
 FORMATS: tuple[QuantFormat, ...] = ("q4_0", "q4_1")
-PANEL_BLOCK_BYTES = 320
 MAX_ROWS = 8
 """Rows up to which a layer reads them (csrc/nibble_panels.h's kMaxRows), beyond PANELS_BLOCK_ROWS: the
 default model's 30 layers, cold, 2 threads, AMD Zen 4, ms repacked / bf16 panels: 3.7 / 7.8 at 1 row,
