@@ -150,7 +150,9 @@ def test_every_linear_layer_holds_both_forms_and_the_embedding_stays_dense(hybri
         # the Q4_1 layers' blocks repacked in panels (nibble_panels), read up to 8 rows
         assert all((m.fmt, m.small_rows) == (nibble_panels.FORMAT, nibble_panels.MAX_ROWS)
                    for m in layers if m is not head)
-        assert head.fmt == FORMAT_IDS["q8_0"] and "1 x lm_head q8_0" in log and "::panels_linear" in log
+        # the Q8_0 head's too, read up to 4 rows
+        assert (head.fmt, head.small_rows) == (nibble_panels.BYTE_FORMAT, nibble_panels.BYTE_MAX_ROWS)
+        assert "1 x lm_head q8_0" in log and "::panels_linear" in log
     else:
         quantized = [m for m in loaded.module.modules() if isinstance(m, QuantizedLinear)]
         assert len(quantized) == 121 and head.format == "q8_0" and "blocks_or_packed_linear" in log

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import CHAT_PROMPTS
-from tests.unit.test_quant_linear import random_blocks
+from tests.unit.test_quant_k import random_k_blocks
 from tt_backend.contract.step import PlannedRow
 from tt_backend.devices.cpu.compute_plan import BF16_LEVELS, ComputePlan
 from tt_backend.devices.cpu.isa import probe
@@ -69,14 +69,15 @@ def test_with_a_ggufs_blocks_small_calls_read_them_and_larger_ones_the_panels(le
                                                                               fp32_out: bool) -> None:
     """Up to PANELS_BLOCK_ROWS rows the layer reads the blocks: rounded to bf16, its result is exactly what
     blocks_or_packed_linear gives (fp32_out: the same sums before that rounding); beyond, the panels of
-    the same bf16 weights, in bf16 the fp32 sums (bias added) rounded once."""
+    the same bf16 weights, in bf16 the fp32 sums (bias added) rounded once. Q6_K: blocks read as they are
+    (Q4_0, Q4_1 and Q8_0 are repacked: test_nibble_panels.py)."""
     kernels = load_kernels(level)  # type: ignore[arg-type]
-    w = random_blocks("q8_0", 80, 256, seed=5)
+    w = random_k_blocks("q6_k", 80, 256, seed=5)
     dense = w.dequantize()
     bias = torch.randn(80).bfloat16()
     packed = torch.ops.mkldnn._reorder_linear_weight(dense.bfloat16())
     layer = QuantizedLinear(w, bias, kernels, packed=packed)
-    head = PanelsLinear(dense, bias, kernels, w.blocks, FORMAT_IDS["q8_0"], fp32_out=fp32_out)
+    head = PanelsLinear(dense, bias, kernels, w.blocks, FORMAT_IDS["q6_k"], fp32_out=fp32_out)
     plain = PanelsLinear(dense, bias, kernels, fp32_out=True)
     g = torch.Generator().manual_seed(1)
     for rows in (1, 2, PANELS_BLOCK_ROWS, PANELS_BLOCK_ROWS + 1, 8, 20):

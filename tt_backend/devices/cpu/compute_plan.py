@@ -48,6 +48,7 @@ import torch
 
 from tt_backend.devices.cpu.isa import CpuCapabilities, IsaLevel, probe
 from tt_backend.devices.cpu.kernels import CpuKernels, KernelsUnavailable, load_kernels
+from tt_backend.devices.cpu.nibble_panels import BYTE_MAX_ROWS as BYTE_ROWS
 from tt_backend.devices.cpu.nibble_panels import MAX_ROWS as NIBBLE_ROWS
 from tt_backend.devices.cpu.quant import DECODE_BLOCK_ROWS, PANELS_BLOCK_ROWS, QuantFormat
 
@@ -206,7 +207,8 @@ class ComputePlan:
             panels = self.linear == "bf16_panels"
             op, rows, beyond = ("panels_linear", PANELS_BLOCK_ROWS, "bf16 panels") if panels \
                 else ("blocks_or_packed_linear", DECODE_BLOCK_ROWS, "oneDNN prepacked bf16")
-            repacked = f" (Q4_0 and Q4_1 repacked in panels, up to {NIBBLE_ROWS})" if panels else ""
+            repacked = f" (Q4_0 and Q4_1 repacked in panels, up to {NIBBLE_ROWS}; Q8_0 repacked, up to " \
+                       f"{BYTE_ROWS})" if panels else ""
             linear = f"{ns}{op}: the GGUF's quantized blocks up to {rows} rows{repacked}, {beyond} " \
                      f"beyond (listed per layer at load); others: {linear}"
         if self.fp32_logits:

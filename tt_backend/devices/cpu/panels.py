@@ -10,9 +10,10 @@ prefill steps hold up to `max_prefill_tokens` (256) tokens unless one prompt is 
 holds one copy of each weight, in panels, and no oneDNN copy.
 
 A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to PANELS_BLOCK_ROWS rows:
-fewer bytes (quant.PANELS_BLOCK_ROWS has the measurement). Q4_0 and Q4_1 blocks are repacked in panels
-(`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights) and read up to 8 rows; the others
-are read as they are (blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the panels' values).
+fewer bytes (quant.PANELS_BLOCK_ROWS has the measurement). Q4_0, Q4_1 and Q8_0 blocks are repacked in
+panels (`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights) and read up to 8 rows (Q8_0
+up to 4); the others are read as they are (blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the
+panels' values).
 """
 
 from __future__ import annotations
@@ -49,12 +50,12 @@ class PanelsLinear(nn.Module):
         self.out_features, self.in_features = weight.shape
         self.kernels, self.fmt, self.fp32_out = kernels, fmt, fp32_out
         self.small_rows = PANELS_BLOCK_ROWS if blocks is not None else 0
-        four_bit = {FORMAT_IDS[f]: f for f in nibble_panels.FORMATS}
-        if blocks is not None and fmt in four_bit:  # repacked (csrc/nibble_panels.cpp) where they fit
+        repackable = {FORMAT_IDS[f]: f for f in nibble_panels.FORMATS}
+        if blocks is not None and fmt in repackable:  # repacked (csrc/nibble_panels.cpp) where they fit
             n, k = weight.shape
             try:
-                blocks = nibble_panels.nibble_panels(blocks, four_bit[fmt], n, k)
-                self.fmt, self.small_rows = nibble_panels.FORMAT, nibble_panels.MAX_ROWS
+                blocks = nibble_panels.nibble_panels(blocks, repackable[fmt], n, k)
+                self.fmt, self.small_rows = nibble_panels.format_of(repackable[fmt])
             except ValueError:
                 pass  # read as they are (blocks_bf16_linear.cpp)
         self.register_buffer("panels", panels(weight))

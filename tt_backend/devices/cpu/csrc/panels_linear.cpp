@@ -112,8 +112,10 @@ at::Tensor panels_linear(const at::Tensor& x, const at::Tensor& panels, int64_t 
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   if (blocks.has_value() && M >= 1 && M <= small_rows) {
-    const bool nibbles = format == tt_nibbles::kNibblePanels;  // 4-bit blocks repacked (nibble_panels.cpp)
-    if (nibbles && M <= tt_nibbles::kMaxRows) return tt_nibbles::nibble_panels_linear(x, *blocks, N, bias, fp32_out);
+    // blocks repacked (nibble_panels.cpp)
+    const bool nibbles = format == tt_nibbles::kNibblePanels || format == tt_nibbles::kBytePanels;
+    if (nibbles && M <= tt_nibbles::kMaxRows)
+      return tt_nibbles::nibble_panels_linear(x, *blocks, format, N, bias, fp32_out);
     if (!nibbles && M <= tt_quant::kBf16MaxRows)
       return tt_quant::bf16_blocks_linear(x, *blocks, format, K, bias, fp32_out).view(sizes);
   }
