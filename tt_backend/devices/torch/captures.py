@@ -18,6 +18,20 @@ from tt_backend.devices.device import StepFn
 Graph = torch.jit.ScriptFunction | torch.jit.ScriptModule
 
 
+def inlined(graph: Graph) -> Graph:
+    """A traced module as one graph: its submodules' methods inlined and its attributes (the weights,
+    shared, not copied) made constants, so a replay runs no method frames and attribute lookups (30
+    layers of modules a step). Only that (torch.jit.freeze's inlining); none of freezing's
+    optimisation passes, which concatenate the weights of linears sharing an input into new copies.
+    Traced decode steps of the default GGUF, one process, alternating, 2-core Zen 4: B=1 4.58 and
+    4.78 against 5.39-5.52 ms; the logits bit for bit the same."""
+    if not isinstance(graph, torch.jit.ScriptModule):
+        return graph
+    frozen = torch.jit.RecursiveScriptModule(torch._C._freeze_module(graph.eval()._c, []))
+    torch.jit.RecursiveScriptModule._finalize_scriptmodule(frozen)
+    return frozen
+
+
 class ScriptCapture:
     """A TorchScript graph of the step bound to persistent inputs of one geometry.
 

@@ -36,6 +36,7 @@ from tt_backend.devices.torch.captures import (
     GraphCapture,
     Ready,
     ScriptCapture,
+    inlined,
 )
 
 T = TypeVar("T")
@@ -127,9 +128,8 @@ class CpuTorchDevice(TorchDevice):
     """The host CPU: steps captured as TorchScript graphs, asynchronous work on one device thread."""
 
     captures_largest_first = False
-    """Smallest first: the first capture of a step runs it (tracing, and the sampling heads'
-    example): at the largest prefill shape (2048 tokens) that took ~2 s a run, at the smallest
-    milliseconds."""
+    """Smallest first: the first capture of a step runs it (tracing, and the sampling heads' example):
+    at the largest prefill shape (2048 tokens) that took ~2 s a run, at the smallest milliseconds."""
     default_trace_mode = TraceMode.ALL
     """Every step: one TorchScript graph serves all shapes of a step, so capturing the ~1000 shapes
     of the default model takes under 2 s."""
@@ -179,7 +179,7 @@ class CpuTorchDevice(TorchDevice):
         if graph is None:
             with torch.inference_mode(), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", category=DeprecationWarning)  # torch.jit: see above
-                graph = torch.jit.trace(fn, inputs, check_trace=False)
+                graph = inlined(torch.jit.trace(fn, inputs, check_trace=False))
             self._graphs[fn] = graph
         return graph
 
