@@ -63,6 +63,11 @@ void panels(const uint32_t* x, const uint32_t* x16, const float* xs, int64_t pai
       for (int64_t g = 0; g < G; ++g)
         for (int64_t line = 0; line < L::kBytes; line += 64)
           __builtin_prefetch(next + g * panel_bytes + b * L::kBytes + line, 0, 2);
+    if (b + 3 < nb)  // and this task's own, 3 blocks ahead (a thread's first task has nothing fetched):
+      // the default model's 30 layers at 1 row, cold, 4 runs alternating, 2.78-2.99 against 2.88-3.03 ms
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t line = 0; line < L::kBytes; line += 64)
+          __builtin_prefetch(w + g * panel_bytes + (b + 3) * L::kBytes + line, 0, 2);
     __m512 acc[R][G];
     for (int64_t r = 0; r < R; ++r)
       for (int64_t g = 0; g < G; ++g) acc[r][g] = _mm512_setzero_ps();
