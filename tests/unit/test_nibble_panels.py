@@ -1,4 +1,4 @@
-"""A GGUF's Q4_0, Q4_1 and Q8_0 blocks repacked in panels for decode rows (csrc/nibble_panels.cpp,
+"""A GGUF's Q4_0, Q4_1, Q8_0 and Q5_0 blocks repacked in panels for decode rows (csrc/nibble_panels.cpp,
 devices/cpu/nibble_panels.py): the layouts hold every weight once, the kernel computes the fp32
 dequantized weights (ggml's q * d + m) to within fp32 rounding, tighter than the weights' rounding to
 bf16 would allow, reads each weight exactly, a row's result does not depend on its batch, and calls of
@@ -20,6 +20,7 @@ from tt_backend.devices.cpu.kernels import load_kernels
 from tt_backend.devices.cpu.panels import PanelsLinear
 from tt_backend.devices.cpu.quant import BLOCK_BYTES, FORMAT_IDS, QuantizedTensor
 
+BYTES = ("q8_0", "q5_0")  # held in the byte layout
 LEVELS = [level for level in probe().levels if level in BF16_LEVELS]
 pytestmark = [
     pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
@@ -29,11 +30,12 @@ pytestmark = [
 
 
 def block_scales(w: QuantizedTensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each weight's block d and m ([rows, cols] fp32; q4_0's m is -8 d, q8_0's 0)."""
+    """Each weight's block d and m as the kernel takes them ([rows, cols] fp32; q4_0's m is -8 d; q8_0
+    and q5_0, held as q8_0, have none)."""
     b = w.blocks.reshape(w.rows, w.cols // 32, BLOCK_BYTES[w.format])
     d = b[..., 0:2].contiguous().view(torch.float16).float()[..., 0]  # [rows, blocks]
     m = b[..., 2:4].contiguous().view(torch.float16).float()[..., 0] if w.format == "q4_1" else -8 * d
-    m = torch.zeros_like(d) if w.format == "q8_0" else m
+    m = torch.zeros_like(d) if w.format in BYTES else m
     return d.repeat_interleave(32, dim=1), m.repeat_interleave(32, dim=1)
 
 
@@ -46,9 +48,9 @@ def test_the_byte_layout_holds_each_weight_of_a_panel_block_once() -> None:
     assert np.array_equal(np.sort(nibble_panels._byte_source()), np.arange(512))
 
 
-def test_only_q4_0_q4_1_and_q8_0_blocks_are_repacked() -> None:
-    with pytest.raises(ValueError, match="q5_0"):
-        nibble_panels.nibble_panels(random_blocks("q5_0", 16, 64, seed=1).blocks, "q5_0", 16, 64)
+def test_only_q4_0_q4_1_q8_0_and_q5_0_blocks_are_repacked() -> None:
+    with pytest.raises(ValueError, match="q5_1"):
+        nibble_panels.nibble_panels(random_blocks("q5_1", 16, 64, seed=1).blocks, "q5_1", 16, 64)
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -93,19 +95,19 @@ def test_decode_rows_are_the_fp32_dequantized_weights(level: str, fmt: str, n: i
         x = torch.randn(rows, k, generator=g).bfloat16()
         y = fp32(x)
         want = x.double() @ dense.double().T + bias.double()
-        scale, extra = (4735, 72) if fmt == "q8_0" else (271, 40)
+        scale, extra = (4735, 72) if fmt in BYTES else (271, 40)
         terms = x.double().abs() @ (scale * d.abs() + m.abs()).double().T + bias.double().abs()
         bound = 2.0 ** -24 * (k // 32 + extra) * terms
         assert bound.shape == want.shape == y.shape and ((y.double() - want).abs() <= bound).all(), rows
         rounded = x.double() @ dense.bfloat16().double().T + bias.double()
-        if fmt != "q8_0":
+        if fmt not in BYTES:
             assert ((rounded - want).abs() > bound).any(), rows  # the bound tells the weights from bf16's
         assert torch.equal(bf16(x), y.bfloat16()), rows  # the same sums, rounded once
         assert torch.equal(y, torch.cat([fp32(x[r:r + 1]) for r in range(rows)])), rows
 
 
 @pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize(("fmt", "most"), [("q4_1", 8), ("q8_0", 4)])
+@pytest.mark.parametrize(("fmt", "most"), [("q4_1", 8), ("q8_0", 4), ("q5_0", 4)])
 def test_more_rows_than_the_layout_takes_read_the_panels(level: str, fmt: str, most: int) -> None:
     kernels = load_kernels(level)  # type: ignore[arg-type]
     w = random_blocks(fmt, 48, 128, seed=2)  # type: ignore[arg-type]

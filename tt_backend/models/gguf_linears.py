@@ -155,8 +155,8 @@ def swap_in_blocks(module: nn.Module, blocks: dict[str, QuantizedTensor], plan: 
         linear = f"{ns}::quant_linear_q8 (inputs quantized to int8 per 32, integer dots per block)"
     elif plan.decode_blocks and plan.linear == "bf16_panels":
         linear = f"{ns}::panels_linear (Q4_0/Q4_1 blocks repacked in panels up to {nibble_panels.MAX_ROWS} " \
-                 f"rows, Q8_0 up to {nibble_panels.BYTE_MAX_ROWS}, other blocks up to {PANELS_BLOCK_ROWS}, " \
-                 "bf16 panels beyond)"
+                 f"rows, Q8_0/Q5_0 up to {nibble_panels.BYTE_MAX_ROWS}, other blocks up to " \
+                 f"{PANELS_BLOCK_ROWS}, bf16 panels beyond)"
     elif plan.decode_blocks:
         linear = f"{ns}::blocks_or_packed_linear (blocks streamed up to {_stream_rows(module)} rows, " \
                  "oneDNN prepacked bf16 beyond)"

@@ -207,7 +207,7 @@ class ComputePlan:
             panels = self.linear == "bf16_panels"
             op, rows, beyond = ("panels_linear", PANELS_BLOCK_ROWS, "bf16 panels") if panels \
                 else ("blocks_or_packed_linear", DECODE_BLOCK_ROWS, "oneDNN prepacked bf16")
-            repacked = f" (Q4_0 and Q4_1 repacked in panels, up to {NIBBLE_ROWS}; Q8_0 repacked, up to " \
+            repacked = f" (Q4_0 and Q4_1 repacked in panels, up to {NIBBLE_ROWS}; Q8_0 and Q5_0, up to " \
                        f"{BYTE_ROWS})" if panels else ""
             linear = f"{ns}{op}: the GGUF's quantized blocks up to {rows} rows{repacked}, {beyond} " \
                      f"beyond (listed per layer at load); others: {linear}"

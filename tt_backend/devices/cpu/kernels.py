@@ -24,7 +24,8 @@ library per instruction-set level (`isa.py`).
 - csrc/panels_linear.cpp: `panels_linear`, bf16 x bf16 weights held in panels on AVX512-BF16's dot
   products: a bf16 plan's linear layers at avx512_bf16 and its LM head, whose logits stay fp32
   (`devices/cpu/panels.py`, `devices/cpu/logits.py`); its decode rows read a GGUF's blocks
-  (csrc/blocks_bf16_linear.cpp), its Q4_0, Q4_1 and Q8_0 ones repacked in panels (csrc/nibble_panels.cpp).
+  (csrc/blocks_bf16_linear.cpp), its Q4_0, Q4_1, Q8_0 and Q5_0 ones repacked in panels
+  (csrc/nibble_panels.cpp).
 
 Each level's library registers its ops as `torch.ops.tt_backend_<level>.*`, so the libraries of
 several levels live in one process (the tests run each) and a TorchScript trace records the

@@ -1,4 +1,5 @@
-"""A GGUF's Q4_0, Q4_1 and Q8_0 blocks repacked for `panels_linear`'s decode rows (csrc/nibble_panels.cpp).
+"""A GGUF's Q4_0, Q4_1, Q8_0 and Q5_0 blocks repacked for `panels_linear`'s decode rows
+(csrc/nibble_panels.cpp).
 
 4-bit, per panel of 16 output columns and block of 32 inputs, 320 bytes: 256 bytes of nibbles, then the
 16 columns' d and their m (fp16; Q4_0's m is -8 d, exact in fp16). The kernel loads 64 bytes, splits
@@ -11,6 +12,8 @@ following those instructions backwards.
 Q8_0, 544 bytes: 512 bytes of 128 + q, then the 16 d (fp16). The same instructions split a byte's
 nibbles, which the kernel takes as one weight's low nibble (times x) and high nibble (times 16 x), so
 its first and third registers are one pair of inputs and its second and fourth the next (`_byte_source`).
+Q5_0 (w = (q - 16) d, q of 5 bits) is held so too, as the Q8_0 quant q - 16: 34 bytes per 32 weights
+where the file has 22, read at the Q8_0 kernel's speed (the blocks kernel dequantized its fifth bits).
 """
 
 from __future__ import annotations
@@ -24,17 +27,17 @@ FORMAT = 100
 """panels_linear's `format` for 4-bit blocks in this layout (csrc/nibble_panels.h's kNibblePanels)."""
 BYTE_FORMAT = 101
 """For Q8_0 blocks (kBytePanels)."""
-FORMATS: tuple[QuantFormat, ...] = ("q4_0", "q4_1", "q8_0")
+FORMATS: tuple[QuantFormat, ...] = ("q4_0", "q4_1", "q8_0", "q5_0")
 MAX_ROWS = 8
 """Rows up to which a layer reads them (csrc/nibble_panels.h's kMaxRows), beyond PANELS_BLOCK_ROWS: the
 default model's 30 layers, cold, 2 threads, AMD Zen 4, ms repacked / bf16 panels: 3.7 / 7.8 at 1 row,
 4.8 / 8.3 at 4, 5.5 / 8.3 at 5, 6.1 / 8.7 at 6, 7.2 / 8.6 at 8 (the engine at c=8: 533 against 529
 tok/s with the panels from 5 rows)."""
 BYTE_MAX_ROWS = 4
-"""Rows up to which a Q8_0 layer reads them: twice the dot products of the 4-bit layout per weight. The
-default model's LM head (49152 x 576), cold, 2 threads, AMD Zen 4, ms repacked / blocks_bf16_linear /
-bf16 panels: 0.99 / 1.71 / 1.66 at 1 row, 0.90 / 1.85 / 1.72 at 2, 1.26 / 1.92 / 1.77 at 4, 1.68 / - /
-1.73 at 5, 2.38 / - / 1.70 at 8."""
+"""Rows up to which a Q8_0 (or Q5_0) layer reads them: twice the dot products of the 4-bit layout per
+weight. The default model's LM head (49152 x 576), cold, 2 threads, AMD Zen 4, ms repacked /
+blocks_bf16_linear / bf16 panels: 0.99 / 1.71 / 1.66 at 1 row, 0.90 / 1.85 / 1.72 at 2, 1.26 / 1.92 /
+1.77 at 4, 1.68 / - / 1.73 at 5, 2.38 / - / 1.70 at 8."""
 
 
 def _source() -> tuple[np.ndarray, np.ndarray]:
@@ -68,12 +71,12 @@ _BYTES = _byte_source()
 
 def format_of(fmt: QuantFormat) -> tuple[int, int]:
     """panels_linear's `format` for `fmt`'s blocks repacked here, and the rows up to which they are read."""
-    return (BYTE_FORMAT, BYTE_MAX_ROWS) if fmt == "q8_0" else (FORMAT, MAX_ROWS)
+    return (BYTE_FORMAT, BYTE_MAX_ROWS) if fmt in ("q8_0", "q5_0") else (FORMAT, MAX_ROWS)
 
 
 def nibble_panels(blocks: torch.Tensor, fmt: QuantFormat, rows: int, cols: int) -> torch.Tensor:
     """blocks [rows, cols / 32 * bytes] of `fmt` -> uint8 [ceil(rows / 16), cols / 32, 320] (q4_0, q4_1)
-    or [.., 544] (q8_0); ValueError for other formats, or a q4_0 scale whose -8 d fp16 cannot hold."""
+    or [.., 544] (q8_0, q5_0); ValueError for other formats, or a q4_0 scale whose -8 d fp16 cannot hold."""
     if fmt not in FORMATS:
         raise ValueError(f"nibble panels hold {', '.join(FORMATS)} blocks, not {fmt}")
     nb = cols // 32
@@ -81,6 +84,10 @@ def nibble_panels(blocks: torch.Tensor, fmt: QuantFormat, rows: int, cols: int) 
     d = b[..., 0:2].copy().view(np.float16)[..., 0]  # [rows, nb]
     if fmt == "q8_0":
         return _byte_panels(b[..., 2:].view(np.int8), d, rows, nb)
+    if fmt == "q5_0":  # [d][qh: bit i the fifth of weight i][16 bytes: weights i and i + 16 in nibbles]
+        fifth = (b[..., 2:6].copy().view("<u4") >> np.arange(32, dtype=np.uint32)) & 1  # [rows, nb, 32]
+        q = np.concatenate([b[..., 6:] & 15, b[..., 6:] >> 4], axis=-1) | (fifth << 4).astype(np.uint8)
+        return _byte_panels(q.astype(np.int8) - 16, d, rows, nb)
     if fmt == "q4_1":
         m = b[..., 2:4].copy().view(np.float16)[..., 0]
     else:

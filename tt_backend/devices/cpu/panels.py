@@ -10,10 +10,10 @@ prefill steps hold up to `max_prefill_tokens` (256) tokens unless one prompt is 
 holds one copy of each weight, in panels, and no oneDNN copy.
 
 A layer with a GGUF's blocks (`decode_blocks`) reads them for calls of up to PANELS_BLOCK_ROWS rows:
-fewer bytes (quant.PANELS_BLOCK_ROWS has the measurement). Q4_0, Q4_1 and Q8_0 blocks are repacked in
-panels (`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights) and read up to 8 rows (Q8_0
-up to 4); the others are read as they are (blocks_bf16_linear.cpp: the blocks' values rounded to bf16, the
-panels' values).
+fewer bytes (quant.PANELS_BLOCK_ROWS has the measurement). Q4_0, Q4_1, Q8_0 and Q5_0 blocks are repacked
+in panels (`nibble_panels`, csrc/nibble_panels.cpp: the fp32 dequantized weights) and read up to 8 rows
+(Q8_0 and Q5_0 up to 4); the others are read as they are (blocks_bf16_linear.cpp: the blocks' values
+rounded to bf16, the panels' values).
 """
 
 from __future__ import annotations
