@@ -48,6 +48,18 @@ def test_the_byte_layout_holds_each_weight_of_a_panel_block_once() -> None:
     assert np.array_equal(np.sort(nibble_panels._byte_source()), np.arange(512))
 
 
+def test_the_byte_repack_puts_each_weight_where_the_layout_says() -> None:
+    """The repack's transposition against a gather by `_byte_source` (37 rows: a padded panel)."""
+    w = random_blocks("q8_0", 37, 64, seed=4)
+    out = nibble_panels.nibble_panels(w.blocks, "q8_0", 37, 64).numpy()
+    b = w.blocks.reshape(37, 2, 34).numpy()
+    u = (b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)  # [rows, blocks, 32]
+    u = np.pad(u, [(0, 11), (0, 0), (0, 0)]).reshape(3, 16, 2, 32).transpose(0, 2, 1, 3).reshape(3, 2, 512)
+    assert out.shape == (3, 2, 544) and np.array_equal(out[..., :512], u[..., nibble_panels._byte_source()])
+    d = np.pad(b[..., :2].copy().view(np.float16)[..., 0], [(0, 11), (0, 0)])  # [rows, blocks]
+    assert np.array_equal(out[..., 512:].copy().view(np.float16), d.reshape(3, 16, 2).transpose(0, 2, 1))
+
+
 def test_only_q4_0_q4_1_q8_0_and_q5_0_blocks_are_repacked() -> None:
     with pytest.raises(ValueError, match="q5_1"):
         nibble_panels.nibble_panels(random_blocks("q5_1", 16, 64, seed=1).blocks, "q5_1", 16, 64)

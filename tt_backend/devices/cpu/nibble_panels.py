@@ -11,7 +11,8 @@ following those instructions backwards.
 
 Q8_0, 544 bytes: 512 bytes of 128 + q, then the 16 d (fp16). The same instructions split a byte's
 nibbles, which the kernel takes as one weight's low nibble (times x) and high nibble (times 16 x), so
-its first and third registers are one pair of inputs and its second and fourth the next (`_byte_source`).
+its first and third registers are one pair of inputs and its second and fourth the next (`_byte_source`,
+which `_byte_panels` follows by a transposition).
 Q5_0 (w = (q - 16) d, q of 5 bits) is held so too, as the Q8_0 quant q - 16: 34 bytes per 32 weights
 where the file has 22, read at the Q8_0 kernel's speed (the blocks kernel dequantized its fifth bits).
 """
@@ -66,7 +67,6 @@ def _byte_source() -> np.ndarray:
 
 
 _LOW, _HIGH = _source()
-_BYTES = _byte_source()
 
 
 def format_of(fmt: QuantFormat) -> tuple[int, int]:
@@ -107,11 +107,17 @@ def nibble_panels(blocks: torch.Tensor, fmt: QuantFormat, rows: int, cols: int) 
 
 
 def _byte_panels(q: np.ndarray, d: np.ndarray, rows: int, nb: int) -> torch.Tensor:
-    """q [rows, nb, 32] int8, d [rows, nb] fp16 -> uint8 [panels, nb, 544]: 128 + q by `_BYTES`, then d."""
+    """q [rows, nb, 32] int8, d [rows, nb] fp16 -> uint8 [panels, nb, 544]: 128 + q in `_byte_source`'s
+    order, then d. That order is one transposition: byte 64 j + 16 lane + 8 h + 2 c + e holds column
+    4 lane + c's input 4 j + 2 h + e, so [column: lane, c][input: j, h, e] -> [j, lane, h, c, e] (the
+    default model's LM head in 0.1 s, where a gather by `_byte_source` took 0.39)."""
     pad = -rows % 16
-    u = (q.astype(np.int16) + 128).astype(np.uint8)
-    u, d = np.pad(u, [(0, pad), (0, 0), (0, 0)]), np.pad(d, [(0, pad), (0, 0)])
+    u = q.view(np.uint8) ^ np.uint8(128)  # 128 + q
+    if pad:
+        u, d = np.pad(u, [(0, pad), (0, 0), (0, 0)]), np.pad(d, [(0, pad), (0, 0)])
     panels = (rows + pad) // 16
-    u = u.reshape(panels, 16, nb, 32).transpose(0, 2, 1, 3).reshape(panels, nb, 512)
-    scales = d.reshape(panels, 16, nb).transpose(0, 2, 1).copy().view(np.uint8)
-    return torch.from_numpy(np.ascontiguousarray(np.concatenate([u[..., _BYTES], scales], axis=-1)))
+    out = np.empty((panels, nb, 544), np.uint8)
+    u = u.reshape(panels, 4, 4, nb, 8, 2, 2)  # [panel, lane, c, block, j, h, e]
+    out[..., :512] = u.transpose(0, 3, 4, 1, 5, 2, 6).reshape(panels, nb, 512)
+    out[..., 512:] = d.reshape(panels, 16, nb).transpose(0, 2, 1).copy().view(np.uint8)
+    return torch.from_numpy(out)
