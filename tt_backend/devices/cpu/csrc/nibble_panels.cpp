@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "numerics.h"
 #include "panel_store.h"
 
 namespace tt_nibbles {
@@ -168,11 +169,6 @@ void all_panels(const Call& c, const uint8_t* w, int64_t num_panels, Out* y) {
   });
 }
 
-// The fp32 values of 16 bf16 words.
-inline __m512 widen(const uint16_t* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
-}
-
 }  // namespace
 
 at::Tensor nibble_panels_linear(const at::Tensor& x, const at::Tensor& blocks, int64_t format, int64_t N,
@@ -202,13 +198,12 @@ at::Tensor nibble_panels_linear(const at::Tensor& x, const at::Tensor& blocks, i
   for (int64_t r = 0; r < M; ++r)
     for (int64_t blk = 0; blk < nb; ++blk) {
       const uint16_t* in = xp + r * K + blk * 32;
-      const __m512 a = widen(in), c = widen(in + 16);
+      const __m512 a = tt_kernels::load_bf16x16(in), c = tt_kernels::load_bf16x16(in + 16);
       xs[r * nb + blk] = _mm512_reduce_add_ps(_mm512_add_ps(a, c));
       if (q8) {
         uint16_t* out = x16.data() + r * K + blk * 32;
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(a, sixteen)));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16),
-                            (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(c, sixteen)));
+        tt_kernels::store_bf16x16(out, _mm512_mul_ps(a, sixteen));
+        tt_kernels::store_bf16x16(out + 16, _mm512_mul_ps(c, sixteen));
       }
     }
   c10::SmallVector<int64_t, 4> sizes(x.sizes().begin(), x.sizes().end());
