@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tt_backend.devices.cpu.quant import BLOCK_BYTES, QuantFormat
+from tt_backend.devices.cpu.quant import BLOCK_BYTES, QuantFormat, five_bit_quants
 
 FORMAT = 100
 """panels_linear's `format` for 4-bit blocks in this layout (csrc/nibble_panels.h's kNibblePanels)."""
@@ -84,10 +84,9 @@ def nibble_panels(blocks: torch.Tensor, fmt: QuantFormat, rows: int, cols: int) 
     d = b[..., 0:2].copy().view(np.float16)[..., 0]  # [rows, nb]
     if fmt == "q8_0":
         return _byte_panels(b[..., 2:].view(np.int8), d, rows, nb)
-    if fmt == "q5_0":  # [d][qh: bit i the fifth of weight i][16 bytes: weights i and i + 16 in nibbles]
-        fifth = (b[..., 2:6].copy().view("<u4") >> np.arange(32, dtype=np.uint32)) & 1  # [rows, nb, 32]
-        q = np.concatenate([b[..., 6:] & 15, b[..., 6:] >> 4], axis=-1) | (fifth << 4).astype(np.uint8)
-        return _byte_panels(q.astype(np.int8) - 16, d, rows, nb)
+    if fmt == "q5_0":
+        q = five_bit_quants(torch.from_numpy(b), fmt).numpy()  # 0 to 31
+        return _byte_panels((q - 16).astype(np.int8), d, rows, nb)
     if fmt == "q4_1":
         m = b[..., 2:4].copy().view(np.float16)[..., 0]
     else:

@@ -117,11 +117,7 @@ def dequantize_rows(blocks: torch.Tensor, fmt: QuantFormat, cols: int) -> torch.
     if fmt == "q8_0":
         w = b[..., 2:].contiguous().view(torch.int8).float() * d
     elif fmt in ("q5_0", "q5_1"):
-        at = 4 if fmt == "q5_1" else 2  # qh, then 16 bytes of nibbles
-        qh = b[..., at:at + 4].to(torch.int32)
-        bits = (qh[..., :, None] >> torch.arange(8, dtype=torch.int32)) & 1  # [rows, blocks, 4, 8]: 8i + k
-        qs = b[..., at + 4:]
-        q = torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.int32) | (bits.flatten(-2) << 4)
+        q = five_bit_quants(b, fmt)
         w = (q.float() - 16) * d if fmt == "q5_0" else q.float() * d + b[..., 2:4].contiguous().view(
             torch.float16).float()
     else:
@@ -130,6 +126,15 @@ def dequantize_rows(blocks: torch.Tensor, fmt: QuantFormat, cols: int) -> torch.
         w = (q.float() - 8) * d if fmt == "q4_0" else q.float() * d + b[..., 2:4].contiguous().view(
             torch.float16).float()
     return w.reshape(*lead, cols)
+
+
+def five_bit_quants(b: torch.Tensor, fmt: QuantFormat) -> torch.Tensor:
+    """q5_0 / q5_1 blocks [rows, blocks, bytes] uint8 -> their quants q [rows, blocks, 32] int32 (0-31)."""
+    at = 4 if fmt == "q5_1" else 2  # qh, then 16 bytes of nibbles
+    qh = b[..., at:at + 4].to(torch.int32)
+    bits = (qh[..., :, None] >> torch.arange(8, dtype=torch.int32)) & 1  # [rows, blocks, 4, 8]: 8i + k
+    qs = b[..., at + 4:]
+    return torch.cat([qs & 15, qs >> 4], dim=-1).to(torch.int32) | (bits.flatten(-2) << 4)
 
 
 def _half(b: torch.Tensor) -> torch.Tensor:
